@@ -1,0 +1,477 @@
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::review::parse_request;
+
+const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
+const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
+
+fn rules(mode: &str) -> Ownership {
+    Ownership::from_yaml(&format!(
+        r#"
+apiVersion: statusguard.dev/v1alpha1
+kind: StatusOwnership
+mode: {mode}
+exempt: {{users: [breakglass], groups: ["system:masters"]}}
+resources:
+  - group: example.com
+    resource: widgets
+    writers:
+      - serviceAccount: platform/widget-controller
+        fields: [observedGeneration, summary, "a/b~c"]
+        conditions: [Ready]
+      - serviceAccount: platform/widget-scaler
+        fields: [replicas, scale.lastScaleTime]
+        conditions: [Scaled]
+  - group: example.com
+    resource: gadgets
+    conditions: health.checks
+    writers:
+      - {{user: alice, fields: [big], conditions: [Ready]}}
+"#
+    ))
+    .unwrap()
+}
+
+fn review(user: &str, old: Value, new: Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "uid-1",
+            "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
+            "subResource": "status",
+            "name": "w", "namespace": "ns", "operation": "UPDATE",
+            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "object": {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "status": new},
+            "oldObject": {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "status": old},
+        }
+    })
+}
+
+fn decide_json(rules: &Ownership, review: &Value, endpoint: Endpoint) -> Decision {
+    let request = parse_request(&serde_json::to_vec(review).unwrap()).unwrap();
+    decide(rules, &request, endpoint).unwrap()
+}
+
+fn status_decision(mode: &str, user: &str, old: Value, new: Value, endpoint: Endpoint) -> Decision {
+    decide_json(&rules(mode), &review(user, old, new), endpoint)
+}
+
+fn items(d: &Decision) -> Vec<String> {
+    d.violations.iter().map(|v| v.item.to_string()).collect()
+}
+
+fn apply(new: &Value, patch: &[u8]) -> Value {
+    let patch: json_patch::Patch = serde_json::from_slice(patch).unwrap();
+    let mut doc = json!({"status": new});
+    json_patch::patch(&mut doc, &patch).unwrap();
+    doc["status"].take()
+}
+
+fn stale() -> (Value, Value) {
+    let old = json!({"observedGeneration": 2, "replicas": 3, "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]});
+    let new = json!({"observedGeneration": 1, "replicas": 5, "conditions": [
+        {"type": "Ready", "status": "False"}, {"type": "Scaled", "status": "True"}]});
+    (old, new)
+}
+
+#[test]
+fn enforce_denies_a_stale_write_with_409_naming_items_and_owners() {
+    let (old, new) = stale();
+    let d = status_decision("enforce", SCALER, old, new, Endpoint::Validate);
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert!(!d.response.allowed);
+    assert_eq!(d.response.uid, "uid-1");
+    assert_eq!(d.response.result.code, 409);
+    assert_eq!(d.response.result.reason, "Conflict");
+    assert_eq!(
+        d.response.result.message,
+        format!(
+            "statusguard: {SCALER} may not change status fields owned by other writers: \
+             status.observedGeneration (owned by {CONTROLLER}), condition Ready (owned by {CONTROLLER})"
+        )
+    );
+}
+
+#[test]
+fn enforce_mutate_allows_without_patch() {
+    let (old, new) = stale();
+    let d = status_decision("enforce", SCALER, old, new, Endpoint::Mutate);
+    assert!(d.response.allowed && d.response.patch.is_none());
+}
+
+#[test]
+fn what_is_inspected_and_what_is_skipped() {
+    let (old, new) = stale();
+    let base = review(SCALER, old, new);
+    // (what, a change to the review, expected outcome)
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Outcome)> = vec![
+        ("status update of a configured resource", Box::new(|_| {}), Outcome::Denied),
+        ("CREATE", Box::new(|r| r["request"]["operation"] = json!("CREATE")), Outcome::Skipped),
+        ("main resource", Box::new(|r| r["request"]["subResource"] = Value::Null), Outcome::Skipped),
+        ("scale subresource", Box::new(|r| r["request"]["subResource"] = json!("scale")), Outcome::Skipped),
+        (
+            "unconfigured resource",
+            Box::new(|r| r["request"]["resource"]["resource"] = json!("others")),
+            Outcome::Skipped,
+        ),
+        ("other group", Box::new(|r| r["request"]["resource"]["group"] = json!("x.io")), Outcome::Skipped),
+        ("exempt user", Box::new(|r| r["request"]["userInfo"]["username"] = json!("breakglass")), Outcome::Exempt),
+        (
+            "exempt group",
+            Box::new(|r| r["request"]["userInfo"]["groups"] = json!(["system:masters"])),
+            Outcome::Exempt,
+        ),
+        ("dry run: same decision", Box::new(|r| r["request"]["dryRun"] = json!(true)), Outcome::Denied),
+        ("the owner itself", Box::new(|r| r["request"]["userInfo"]["username"] = json!(CONTROLLER)), Outcome::Denied),
+    ];
+    for (what, change, expected) in cases {
+        let mut r = base.clone();
+        change(&mut r);
+        let d = decide_json(&rules("enforce"), &r, Endpoint::Validate);
+        assert_eq!(d.outcome, expected, "{what}");
+        assert_eq!(d.response.allowed, expected != Outcome::Denied, "{what}");
+        if expected != Outcome::Denied {
+            assert!(d.response.warnings.is_none() && d.response.patch.is_none(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn the_owner_may_change_its_own_but_not_the_others() {
+    // The controller rolls back the scaler's replicas: that is a violation too.
+    let (old, mut new) = stale();
+    new["observedGeneration"] = json!(3);
+    let d = status_decision("enforce", CONTROLLER, old, new, Endpoint::Validate);
+    assert_eq!(items(&d), ["status.replicas"]);
+}
+
+#[test]
+fn an_unlisted_writer_may_change_only_unowned_items() {
+    let old = json!({"observedGeneration": 1, "note": "a", "conditions": [{"type": "Other", "status": "True"}]});
+    let new = json!({"observedGeneration": 1, "note": "b", "conditions": [{"type": "Other", "status": "False"}]});
+    let d = status_decision("enforce", "someone", old.clone(), new, Endpoint::Validate);
+    assert_eq!(d.outcome, Outcome::Allowed);
+    let new = json!({"observedGeneration": 2, "note": "a", "conditions": [{"type": "Other", "status": "True"}]});
+    let d = status_decision("enforce", "someone", old, new, Endpoint::Validate);
+    assert_eq!(items(&d), ["status.observedGeneration"]);
+}
+
+#[test]
+fn field_comparison_rules() {
+    // (what, old status, new status, violated?)
+    let cases = [
+        ("absent and null are the same", json!({}), json!({"observedGeneration": null}), false),
+        ("null and absent are the same", json!({"observedGeneration": null}), json!({}), false),
+        ("added", json!({}), json!({"observedGeneration": 1}), true),
+        ("removed", json!({"observedGeneration": 1}), json!({}), true),
+        (
+            "int64 max compares exactly",
+            json!({"observedGeneration": 9223372036854775807_i64}),
+            json!({"observedGeneration": 9223372036854775806_i64}),
+            true,
+        ),
+        ("1 is not 1.0", json!({"observedGeneration": 1}), json!({"observedGeneration": 1.0}), true),
+        ("a whole object: child changed", json!({"summary": {"ready": 1}}), json!({"summary": {"ready": 2}}), true),
+        ("a whole object: child added", json!({"summary": {}}), json!({"summary": {"x": {"y": 1}}}), true),
+        ("a whole object: same", json!({"summary": {"a": [1, 2]}}), json!({"summary": {"a": [1, 2]}}), false),
+        ("array order matters in fields", json!({"summary": [1, 2]}), json!({"summary": [2, 1]}), true),
+        ("status removed", json!({"observedGeneration": 1}), Value::Null, true),
+        ("a path segment with / and ~", json!({"a/b~c": 1}), json!({"a/b~c": 2}), true),
+        ("unowned sibling", json!({"other": 1}), json!({"other": 2}), false),
+    ];
+    for (what, old, new, violated) in cases {
+        let d = status_decision("enforce", SCALER, old, new, Endpoint::Validate);
+        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
+    }
+}
+
+#[test]
+fn condition_comparison_rules() {
+    let ready = json!({"type": "Ready", "status": "True"});
+    let scaled = json!({"type": "Scaled", "status": "True"});
+    let cases = [
+        ("order does not matter", json!([ready, scaled]), json!([scaled, ready]), false),
+        ("changed", json!([ready]), json!([{"type": "Ready", "status": "False"}]), true),
+        ("removed", json!([ready, scaled]), json!([scaled]), true),
+        ("added", json!([scaled]), json!([scaled, ready]), true),
+        ("duplicated", json!([ready]), json!([ready, ready]), true),
+        ("own condition changed", json!([ready, scaled]), json!([ready, {"type": "Scaled", "status": "False"}]), false),
+        ("unowned condition added", json!([ready]), json!([ready, {"type": "Other"}]), false),
+        ("list removed", json!([ready]), Value::Null, true),
+        ("not a list is empty", json!("junk"), json!([]), false),
+    ];
+    for (what, old, new, violated) in cases {
+        let d = status_decision("enforce", SCALER, json!({"conditions": old}), json!({"conditions": new}), Endpoint::Validate);
+        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
+    }
+}
+
+#[test]
+fn conditions_live_where_the_resource_says() {
+    let mut r = review(
+        "bob",
+        json!({"health": {"checks": [{"type": "Ready", "status": "True"}]}, "conditions": [{"type": "Ready"}]}),
+        json!({"health": {"checks": [{"type": "Ready", "status": "False"}]}, "conditions": []}),
+    );
+    r["request"]["resource"]["resource"] = json!("gadgets");
+    let d = decide_json(&rules("enforce"), &r, Endpoint::Validate);
+    assert_eq!(items(&d), ["condition Ready"]);
+}
+
+#[test]
+fn audit_allows_with_a_warning_per_violation_and_annotations() {
+    let (old, new) = stale();
+    let d = status_decision("audit", SCALER, old.clone(), new.clone(), Endpoint::Validate);
+    assert_eq!(d.outcome, Outcome::Warned);
+    assert!(d.response.allowed);
+    let warnings = d.response.warnings.unwrap();
+    assert_eq!(warnings.len(), 2);
+    assert!(warnings.iter().all(|w| w.chars().count() <= 120), "{warnings:?}");
+    assert!(d.response.audit_annotations["violations"].contains("status.observedGeneration"));
+    let d = status_decision("audit", SCALER, old, new, Endpoint::Mutate);
+    assert!(d.response.allowed && d.response.patch.is_none() && d.response.warnings.is_none());
+}
+
+#[test]
+fn trim_validate_denies_like_enforce() {
+    let (old, new) = stale();
+    let d = status_decision("trim", SCALER, old, new, Endpoint::Validate);
+    assert_eq!((d.outcome, d.response.result.code), (Outcome::Denied, 409));
+}
+
+#[test]
+fn trim_restores_other_writers_items_and_keeps_the_writers_own() {
+    let (old, new) = stale();
+    let d = status_decision("trim", SCALER, old.clone(), new.clone(), Endpoint::Mutate);
+    assert_eq!(d.outcome, Outcome::Trimmed);
+    assert!(d.response.allowed);
+    assert_eq!(d.response.warnings.as_ref().unwrap().len(), 2);
+    let trimmed = apply(&new, d.response.patch.as_ref().unwrap());
+    assert_eq!(
+        trimmed,
+        json!({"observedGeneration": 2, "replicas": 5, "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]})
+    );
+    let again = status_decision("trim", SCALER, old, trimmed, Endpoint::Mutate);
+    assert_eq!(again.outcome, Outcome::Allowed);
+    assert!(again.response.patch.is_none());
+}
+
+#[test]
+fn trim_patch_shapes() {
+    // (what, old status, new status, the status after the patch); the
+    // scale.* cases are written by the controller, the rest by the scaler.
+    let cases = [
+        ("remove what old lacked", json!({}), json!({"observedGeneration": 4}), json!({})),
+        ("add back what was removed", json!({"observedGeneration": 4}), json!({"x": 1}), json!({"x": 1, "observedGeneration": 4})),
+        ("create the status", json!({"observedGeneration": 4}), Value::Null, json!({"observedGeneration": 4})),
+        (
+            "create parents only where needed",
+            json!({"scale": {"lastScaleTime": "t"}}),
+            json!({"scale": {"other": 1}}),
+            json!({"scale": {"other": 1, "lastScaleTime": "t"}}),
+        ),
+        (
+            "a missing parent is created",
+            json!({"scale": {"lastScaleTime": "t"}}),
+            json!({}),
+            json!({"scale": {"lastScaleTime": "t"}}),
+        ),
+        (
+            "a scalar parent becomes an object",
+            json!({"scale": {"lastScaleTime": "t"}}),
+            json!({"scale": 7}),
+            json!({"scale": {"lastScaleTime": "t"}}),
+        ),
+        ("escaped pointer", json!({"a/b~c": 1}), json!({"a/b~c": 2}), json!({"a/b~c": 1})),
+        (
+            "a restored condition keeps its position",
+            json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Mine"}]}),
+            json!({"conditions": [{"type": "X"}, {"type": "Ready", "status": "False"}, {"type": "Mine", "v": 2}]}),
+            json!({"conditions": [{"type": "X"}, {"type": "Ready", "status": "True"}, {"type": "Mine", "v": 2}]}),
+        ),
+        (
+            "a removed condition is appended",
+            json!({"conditions": [{"type": "Ready"}, {"type": "X"}]}),
+            json!({"conditions": [{"type": "X", "v": 2}]}),
+            json!({"conditions": [{"type": "X", "v": 2}, {"type": "Ready"}]}),
+        ),
+        (
+            "an added condition is removed",
+            json!({"conditions": [{"type": "X"}]}),
+            json!({"conditions": [{"type": "Ready"}, {"type": "X"}]}),
+            json!({"conditions": [{"type": "X"}]}),
+        ),
+        ("an added list is removed", json!({}), json!({"conditions": [{"type": "Ready"}]}), json!({})),
+        (
+            "a removed list comes back",
+            json!({"conditions": [{"type": "Ready"}]}),
+            json!({"replicas": 1}),
+            json!({"replicas": 1, "conditions": [{"type": "Ready"}]}),
+        ),
+    ];
+    for (what, old, new, expected) in cases {
+        let writer = if old.get("scale").is_some() { CONTROLLER } else { SCALER };
+        let d = status_decision("trim", writer, old.clone(), new.clone(), Endpoint::Mutate);
+        assert_eq!(d.outcome, Outcome::Trimmed, "{what}");
+        let patch = d.response.patch.as_ref().unwrap();
+        let trimmed = apply(&new, patch);
+        assert_eq!(trimmed, expected, "{what}: {}", String::from_utf8_lossy(patch));
+        let again = status_decision("trim", writer, old, trimmed, Endpoint::Mutate);
+        assert_eq!(again.outcome, Outcome::Allowed, "{what}: trimming twice");
+    }
+}
+
+#[test]
+fn deny_message_is_capped() {
+    let owner_fields: Vec<String> = (0..25).map(|i| format!("f{i:02}")).collect();
+    let text = format!(
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - group: example.com\n    resource: widgets\n    writers:\n      - {{user: owner, fields: [{}]}}\n",
+        owner_fields.join(", ")
+    );
+    let rules = Ownership::from_yaml(&text).unwrap();
+    let new: serde_json::Map<String, Value> = owner_fields.iter().map(|f| (f.clone(), json!(1))).collect();
+    let d = decide_json(&rules, &review("x", json!({}), Value::Object(new)), Endpoint::Validate);
+    assert_eq!(d.violations.len(), 25);
+    assert!(d.response.result.message.ends_with("f09 (owned by owner), and 15 more"), "{}", d.response.result.message);
+}
+
+#[test]
+fn long_names_keep_warnings_under_120_characters() {
+    let long = "x".repeat(300);
+    let text = format!(
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: audit\nresources:\n  - group: example.com\n    resource: widgets\n    writers:\n      - {{user: \"{long}\", fields: [\"{long}\"]}}\n"
+    );
+    let rules = Ownership::from_yaml(&text).unwrap();
+    let d = decide_json(&rules, &review("x", json!({}), json!({ long.clone(): 1 })), Endpoint::Validate);
+    assert_eq!(d.response.warnings.unwrap()[0].chars().count(), 120);
+}
+
+#[test]
+fn a_status_update_without_old_object_is_an_error_not_a_guess() {
+    let (old, new) = stale();
+    let mut r = review(SCALER, old, new);
+    r["request"]["oldObject"] = Value::Null;
+    let request = parse_request(&serde_json::to_vec(&r).unwrap()).unwrap();
+    assert!(matches!(decide(&rules("enforce"), &request, Endpoint::Validate), Err(DecisionError::MissingObject("oldObject"))));
+}
+
+// ---- invariants -----------------------------------------------------------
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-c]{0,2}".prop_map(Value::from),
+    ]
+}
+
+fn small_json() -> impl Strategy<Value = Value> {
+    leaf().prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            prop::collection::btree_map("[a-c]", inner.clone(), 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::vec(inner, 0..3).prop_map(Value::Array),
+        ]
+    })
+}
+
+fn condition() -> impl Strategy<Value = Value> {
+    (prop::sample::select(vec!["Ready", "Scaled", "Other"]), prop::sample::select(vec!["True", "False"]))
+        .prop_map(|(t, s)| json!({"type": t, "status": s}))
+}
+
+/// A status over the keys the rules name, plus unowned ones.
+fn status() -> impl Strategy<Value = Value> {
+    let keys = vec!["observedGeneration", "summary", "replicas", "scale", "free"];
+    (
+        prop::collection::btree_map(prop::sample::select(keys), small_json(), 0..5),
+        prop::option::of(prop::collection::vec(condition(), 0..4)),
+    )
+        .prop_map(|(fields, conditions)| {
+            let mut status: serde_json::Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            if let Some(c) = conditions {
+                status.insert("conditions".into(), Value::Array(c));
+            }
+            Value::Object(status)
+        })
+}
+
+fn writer() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![CONTROLLER, SCALER, "someone-else"])
+}
+
+/// `new` with every item that `writer` does not own taken from `old`.
+fn only_own_changes(writer: &str, old: &Value, new: &Value) -> Value {
+    let r = rules("trim");
+    let widgets = r.resource("example.com", "widgets").unwrap();
+    let violations = find_violations(widgets, writer, old.get("status"), new.get("status"));
+    let patch = restoring_patch(widgets, &violations, old, new).unwrap();
+    let mut fixed = new.clone();
+    json_patch::patch(&mut fixed, &patch).unwrap();
+    fixed
+}
+
+proptest! {
+    #[test]
+    fn after_a_trim_patch_no_violation_remains_and_trimming_twice_is_trimming_once(
+        old in status(), new in status(), writer in writer()
+    ) {
+        let d = status_decision("trim", writer, old.clone(), new.clone(), Endpoint::Mutate);
+        let trimmed = match &d.response.patch { Some(p) => apply(&new, p), None => new.clone() };
+        let again = status_decision("trim", writer, old.clone(), trimmed.clone(), Endpoint::Mutate);
+        prop_assert_eq!(again.outcome, Outcome::Allowed);
+        prop_assert!(again.response.patch.is_none());
+        let validate = status_decision("trim", writer, old, trimmed, Endpoint::Validate);
+        prop_assert_eq!(validate.outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn a_writers_own_and_unowned_changes_are_never_denied_or_altered(
+        old in status(), new in status(), writer in writer()
+    ) {
+        // Make a write that changes only what the writer may change.
+        let own_only = only_own_changes(writer, &json!({"status": old}), &json!({"status": new}))["status"].take();
+        for mode in ["enforce", "trim", "audit"] {
+            let d = status_decision(mode, writer, old.clone(), own_only.clone(), Endpoint::Validate);
+            prop_assert_eq!(d.outcome, Outcome::Allowed, "{}", mode);
+            let m = status_decision(mode, writer, old.clone(), own_only.clone(), Endpoint::Mutate);
+            prop_assert!(m.response.patch.is_none() && m.response.allowed);
+        }
+    }
+
+    #[test]
+    fn a_trim_keeps_every_item_the_writer_may_change(
+        old in status(), new in status(), writer in writer()
+    ) {
+        let d = status_decision("trim", writer, old.clone(), new.clone(), Endpoint::Mutate);
+        let trimmed = match &d.response.patch { Some(p) => apply(&new, p), None => new.clone() };
+        // Every unowned top-level key and every condition of a type the
+        // writer may change is as the writer wrote it.
+        let r = rules("trim");
+        let widgets = r.resource("example.com", "widgets").unwrap();
+        let others: Vec<_> = widgets.writers.iter().filter(|w| w.username != writer).collect();
+        for key in ["observedGeneration", "summary", "replicas", "scale", "free"] {
+            let owned_by_other = others.iter().any(|w| w.fields.iter().any(|f| f.segments()[0] == key));
+            if !owned_by_other {
+                prop_assert_eq!(trimmed.get(key), new.get(key), "{}", key);
+            }
+        }
+        let may = |c: &&Value| !others.iter().any(|w| w.conditions.iter().any(|t| Some(t.as_str()) == condition_type(c)));
+        let kept = |s: &Value| s.get("conditions").and_then(Value::as_array).map(|l| l.iter().filter(may).cloned().collect::<Vec<_>>()).unwrap_or_default();
+        prop_assert_eq!(kept(&trimmed), kept(&new));
+    }
+
+    #[test]
+    fn the_owner_of_everything_is_never_denied(old in status(), new in status()) {
+        let text = "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - group: example.com\n    resource: widgets\n    writers:\n      - {user: all, fields: [observedGeneration, summary, replicas, scale, free], conditions: [Ready, Scaled, Other]}\n";
+        let rules = Ownership::from_yaml(text).unwrap();
+        let d = decide_json(&rules, &review("all", old, new), Endpoint::Validate);
+        prop_assert_eq!(d.outcome, Outcome::Allowed);
+    }
+}
