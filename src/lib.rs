@@ -3,8 +3,18 @@
 //! - [`ownership`]: the ownership document, shared by the webhook and the library.
 //! - [`decision`]: the pure admission decision (deny, trim, or report).
 //! - [`review`]: AdmissionReview on the wire.
+//! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`].
 #![forbid(unsafe_code)]
 
 pub mod decision;
 pub mod ownership;
 pub mod review;
+
+#[cfg(feature = "server")]
+pub mod cli;
+#[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "server")]
+pub mod tls;

@@ -1,0 +1,19 @@
+//! The `statusguard` binary: parse the command line, set up logging, run.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use statusguard::cli::{Cli, init_logging, run};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log_level);
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("statusguard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Prometheus metrics, all prefixed `statusguard_`.
+//!
+//! Labels are bounded by configuration: group/resource/owner/item come from
+//! the ownership rules (a request for anything unconfigured is counted under
+//! `UNCONFIGURED`), never from object names or request contents.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::decision::{Decision, Endpoint};
+use crate::ownership::Ownership;
+
+/// The group/resource label of a request for a resource the rules do not name.
+pub const UNCONFIGURED: &str = "(unconfigured)";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub group: String,
+    pub resource: String,
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    pub group: String,
+    pub resource: String,
+    pub owner: String,
+    pub item: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<EndpointLabels, Histogram>,
+    violations: Family<ViolationLabels, Counter>,
+    rules_generation: Gauge,
+    rules_stale: Gauge,
+    config_reloads: Family<ResultLabels, Counter>,
+    tls_reloads: Family<ResultLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("statusguard");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission reviews answered, by endpoint, resource and decision",
+            requests.clone(),
+        );
+        // 50 µs to ~0.8 s: the decision is microseconds, a large object's
+        // parse a few milliseconds.
+        let duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00005, 2.0, 15))
+        });
+        registry.register(
+            "admission_duration_seconds",
+            "Time from the request body read to the response, by endpoint",
+            duration.clone(),
+        );
+        let violations = Family::<ViolationLabels, Counter>::default();
+        registry.register(
+            "violations",
+            "Changes to items owned by another writer, denied, restored or reported",
+            violations.clone(),
+        );
+        let rules_generation = Gauge::default();
+        registry.register(
+            "rules_generation",
+            "How many ownership documents have been loaded (0: none yet, not ready)",
+            rules_generation.clone(),
+        );
+        let rules_stale = Gauge::default();
+        registry.register(
+            "rules_stale",
+            "1 while the rules in force are older than the configured source (invalid or deleted)",
+            rules_stale.clone(),
+        );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Ownership documents read from the source, by result (valid, invalid, missing)",
+            config_reloads.clone(),
+        );
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register("tls_reloads", "Serving certificate reloads, by result", tls_reloads.clone());
+        Self { registry, requests, duration, violations, rules_generation, rules_stale, config_reloads, tls_reloads }
+    }
+}
+
+impl Metrics {
+    /// Records one answered review.
+    pub fn decision(&self, endpoint: Endpoint, rules: &Ownership, decision: &Decision, group: &str, resource: &str, took: Duration) {
+        let (group, resource) = match rules.resource(group, resource) {
+            Some(r) => (r.group.clone(), r.resource.clone()),
+            None => (UNCONFIGURED.to_owned(), UNCONFIGURED.to_owned()),
+        };
+        for v in &decision.violations {
+            self.violations
+                .get_or_create(&ViolationLabels {
+                    group: group.clone(),
+                    resource: resource.clone(),
+                    owner: v.owner.clone(),
+                    item: v.item.to_string(),
+                })
+                .inc();
+        }
+        self.requests
+            .get_or_create(&RequestLabels { endpoint: endpoint.as_str(), group, resource, decision: decision.outcome.as_str() })
+            .inc();
+        self.duration.get_or_create(&EndpointLabels { endpoint: endpoint.as_str() }).observe(took.as_secs_f64());
+    }
+
+    /// Records a review that could not be answered (bad input).
+    pub fn error(&self, endpoint: Endpoint, took: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.as_str(),
+                group: UNCONFIGURED.to_owned(),
+                resource: UNCONFIGURED.to_owned(),
+                decision: "error",
+            })
+            .inc();
+        self.duration.get_or_create(&EndpointLabels { endpoint: endpoint.as_str() }).observe(took.as_secs_f64());
+    }
+
+    pub fn rules_loaded(&self, generation: u64) {
+        self.rules_generation.set(generation as i64);
+        self.rules_stale.set(0);
+        self.config_reloads.get_or_create(&ResultLabels { result: "valid" }).inc();
+    }
+
+    /// The source changed but could not be used; the rules in force stay.
+    pub fn rules_rejected(&self, result: &'static str) {
+        self.rules_stale.set(1);
+        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn tls_reload(&self, ok: bool) {
+        self.tls_reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "error" } }).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

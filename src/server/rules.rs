@@ -1,0 +1,61 @@
+//! The rules in force, swapped atomically: a request reads one whole
+//! document, never half of an old and half of a new one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+
+use crate::metrics::Metrics;
+use crate::ownership::Ownership;
+
+#[derive(Debug)]
+pub struct RuleStore {
+    current: ArcSwapOption<Ownership>,
+    generation: AtomicU64,
+    /// Why the source is not (or no longer) what is in force; empty when it is.
+    problem: ArcSwap<String>,
+    metrics: Arc<Metrics>,
+}
+
+impl RuleStore {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            current: ArcSwapOption::empty(),
+            generation: AtomicU64::new(0),
+            problem: ArcSwap::from_pointee("no ownership document loaded yet".to_owned()),
+            metrics,
+        }
+    }
+
+    /// The rules in force, if any were ever loaded.
+    pub fn current(&self) -> Option<Arc<Ownership>> {
+        self.current.load_full()
+    }
+
+    /// Puts valid rules in force; returns the new generation.
+    pub fn replace(&self, rules: Ownership) -> u64 {
+        self.current.store(Some(Arc::new(rules)));
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.problem.store(Arc::new(String::new()));
+        self.metrics.rules_loaded(generation);
+        generation
+    }
+
+    /// The source could not be used: the rules in force stay, and the reason
+    /// is shown until a valid document arrives. `result` labels the metric.
+    pub fn reject(&self, result: &'static str, why: String) {
+        self.problem.store(Arc::new(why));
+        self.metrics.rules_rejected(result);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// What is wrong with the source, if anything.
+    pub fn problem(&self) -> Option<Arc<String>> {
+        let problem = self.problem.load_full();
+        (!problem.is_empty()).then_some(problem)
+    }
+}
