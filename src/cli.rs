@@ -36,6 +36,8 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the serve variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the TLS admission webhook.
     Serve(ServeArgs),

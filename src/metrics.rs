@@ -107,6 +107,14 @@ impl Default for Metrics {
         );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register("tls_reloads", "Serving certificate reloads, by result", tls_reloads.clone());
+        // Counters that exist at 0 from the start, so that rate() and alerts
+        // see the first increment.
+        for result in ["success", "error"] {
+            tls_reloads.get_or_create(&ResultLabels { result });
+        }
+        for result in ["valid", "invalid", "missing"] {
+            config_reloads.get_or_create(&ResultLabels { result });
+        }
         Self { registry, requests, duration, violations, rules_generation, rules_stale, config_reloads, tls_reloads }
     }
 }

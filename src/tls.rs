@@ -130,6 +130,9 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<rustls::Se
 /// the `..data` symlink swap with which kubelet updates a Secret volume.
 /// A pair that fails to load (a half-written rotation: new certificate, old
 /// key) is reported and retried; the last good pair stays in service.
+/// The bytes of a certificate file and its key file, as last read.
+pub type PemPair = (Vec<u8>, Vec<u8>);
+
 #[derive(Debug, Clone)]
 pub struct CertFiles {
     pub cert: PathBuf,
@@ -137,13 +140,13 @@ pub struct CertFiles {
 }
 
 impl CertFiles {
-    fn read(&self) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    fn read(&self) -> Result<PemPair, TlsError> {
         let read = |path: &Path| std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), source });
         Ok((read(&self.cert)?, read(&self.key)?))
     }
 
     /// Loads the pair once, for start-up.
-    pub fn load(&self) -> Result<(CertifiedKey, (Vec<u8>, Vec<u8>)), TlsError> {
+    pub fn load(&self) -> Result<(CertifiedKey, PemPair), TlsError> {
         let bytes = self.read()?;
         Ok((certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?, bytes))
     }
@@ -153,14 +156,14 @@ impl CertFiles {
     pub async fn watch(
         self,
         target: Arc<SwappableCert>,
-        mut loaded: (Vec<u8>, Vec<u8>),
+        mut loaded: PemPair,
         interval: Duration,
         on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
     ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The last pair that failed to load, so that it is reported once.
-        let mut rejected: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut rejected: Option<PemPair> = None;
         loop {
             tick.tick().await;
             let bytes = match self.read() {

@@ -108,7 +108,8 @@ fn what_is_inspected_and_what_is_skipped() {
     let (old, new) = stale();
     let base = review(SCALER, old, new);
     // (what, a change to the review, expected outcome)
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Outcome)> = vec![
+    type Change = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Change, Outcome)> = vec![
         ("status update of a configured resource", Box::new(|_| {}), Outcome::Denied),
         ("CREATE", Box::new(|r| r["request"]["operation"] = json!("CREATE")), Outcome::Skipped),
         ("main resource", Box::new(|r| r["request"]["subResource"] = Value::Null), Outcome::Skipped),

@@ -34,11 +34,13 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         Err(response) => return response,
     };
     let started = Instant::now();
-    let answer = answer(&app, endpoint, &body);
-    if answer.is_err() {
-        app.metrics.error(endpoint, started.elapsed());
+    match answer(&app, endpoint, &body) {
+        Ok(response) => response,
+        Err((status, reason)) => {
+            app.metrics.error(endpoint, started.elapsed());
+            plain(status, reason)
+        }
     }
-    answer.unwrap_or_else(|response| response)
 }
 
 /// Reads the whole body within the size limit and the request timeout.
@@ -66,20 +68,19 @@ fn is_length_limit(error: &axum::Error) -> bool {
     false
 }
 
-fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, Response> {
+/// The answer to a review, or the status and one-line reason of a bad one.
+fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, (StatusCode, String)> {
     let started = Instant::now();
-    let request = parse_request(body).map_err(|e| plain(StatusCode::BAD_REQUEST, e))?;
+    let bad = |e: &dyn std::fmt::Display| (StatusCode::BAD_REQUEST, e.to_string());
+    let request = parse_request(body).map_err(|e| bad(&e))?;
     let Some(rules) = app.rules.current() else {
-        return Err(plain(StatusCode::SERVICE_UNAVAILABLE, "no ownership rules loaded yet"));
+        return Err((StatusCode::SERVICE_UNAVAILABLE, "no ownership rules loaded yet".to_owned()));
     };
-    let decision = decide(&rules, &request, endpoint).map_err(|e| plain(StatusCode::BAD_REQUEST, e))?;
-    let (group, resource) = (&request.resource.group, &request.resource.resource);
+    let decision = decide(&rules, &request, endpoint).map_err(|e| bad(&e))?;
     log_decision(endpoint, &request, &decision);
-    let outcome = decision.outcome;
-    let body = encode_response(decision.response.clone())
-        .map_err(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let (group, resource) = (&request.resource.group, &request.resource.resource);
     app.metrics.decision(endpoint, &rules, &decision, group, resource, started.elapsed());
-    tracing::trace!(outcome = outcome.as_str(), "answered");
+    let body = encode_response(decision.response).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

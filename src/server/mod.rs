@@ -124,7 +124,7 @@ pub struct Server {
     tls_listener: TcpListener,
     admin_listener: TcpListener,
     acceptor: TlsAcceptor,
-    cert_watch: Option<(CertFiles, Arc<SwappableCert>, (Vec<u8>, Vec<u8>))>,
+    cert_watch: Option<(CertFiles, Arc<SwappableCert>, tls::PemPair)>,
 }
 
 impl Server {

@@ -1,0 +1,162 @@
+//! Starting the real webhook server on loopback, and real TLS clients for it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use statusguard::server::{RulesSource, ServeConfig, Server};
+use statusguard::tls::{CertFiles, GeneratedCertificates, crypto_provider, generate_certificates};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_rustls::TlsConnector;
+
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
+    ServeConfig {
+        rules,
+        listen: loopback(),
+        admin_listen: loopback(),
+        tls_files,
+        tls_reload_interval: Duration::from_millis(200),
+        write_ca: None,
+        tls_sans: vec![],
+        max_body_bytes: 16 * 1024 * 1024,
+        header_read_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(30),
+        shutdown_timeout: Duration::from_secs(10),
+    }
+}
+
+/// A server running in this process until dropped.
+pub struct RunningServer {
+    pub tls: SocketAddr,
+    pub admin: SocketAddr,
+    pub app: Arc<statusguard::server::App>,
+    stop: Option<oneshot::Sender<()>>,
+    pub done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub async fn start(config: ServeConfig) -> Self {
+        let server = Server::bind(config).await.expect("the server binds");
+        let (tls, admin, app) = (server.tls_addr(), server.admin_addr(), server.app());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let done = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Self { tls, admin, app, stop: Some(stop), done: Some(done) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.tls.port())
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    /// Starts the graceful shutdown; `done` finishes when it has drained.
+    pub fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A certificate pair written to `dir` (tls.crt, tls.key) and its CA.
+pub fn write_pair(dir: &Path) -> GeneratedCertificates {
+    let certs = generate_certificates(&[]).unwrap();
+    std::fs::write(dir.join("tls.crt"), &certs.cert_pem).unwrap();
+    std::fs::write(dir.join("tls.key"), &certs.key_pem).unwrap();
+    certs
+}
+
+pub fn files(dir: &Path) -> CertFiles {
+    CertFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+}
+
+/// An HTTPS client that trusts only `ca_pem`.
+pub fn https_client(ca_pem: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+pub fn plain_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
+}
+
+pub fn tls_connector(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TlsConnector::from(Arc::new(config))
+}
+
+/// A raw HTTP/1.1 request over TLS whose body is sent in two parts, with
+/// `between` run in the middle: an in-flight request under the test's control.
+pub async fn split_request(
+    addr: SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: &[u8],
+    between: impl std::future::Future<Output = ()>,
+) -> String {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tls_connector(ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    let half = body.len() / 2;
+    tls.write_all(&body[..half]).await.unwrap();
+    tls.flush().await.unwrap();
+    between.await;
+    tls.write_all(&body[half..]).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+pub fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+}
+
+/// Polls `check` every 100 ms until it returns true, for at most `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

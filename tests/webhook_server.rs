@@ -1,0 +1,403 @@
+//! The real webhook server on loopback, with real TLS clients.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use statusguard::server::RulesSource;
+use support::webhook::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn stale_review() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(example("stale-rollback-review.json")).unwrap()).unwrap()
+}
+
+/// The example ownership document with another default mode, as a file.
+fn ownership_in_mode(dir: &std::path::Path, mode: &str) -> RulesSource {
+    let text = std::fs::read_to_string(example("ownership.yaml")).unwrap().replace("mode: enforce", &format!("mode: {mode}"));
+    let path = dir.join(format!("ownership-{mode}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    RulesSource::File(path)
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+    let response = client.post(url).header("content-type", "application/json").body(body).send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn review_response(client: &reqwest::Client, url: &str, review: &Value) -> Value {
+    let (status, body) = post(client, url, serde_json::to_vec(review).unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(answer["response"]["uid"], review["request"]["uid"], "the uid is echoed");
+    answer["response"].clone()
+}
+
+async fn start_in_mode(mode: &str) -> (RunningServer, reqwest::Client, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let server = RunningServer::start(config(ownership_in_mode(dir.path(), mode), Some(files(dir.path())))).await;
+    (server, https_client(&certs.ca_pem), dir)
+}
+
+#[tokio::test]
+async fn enforce_denies_the_stale_rollback_with_409_and_mutate_allows() {
+    let (server, client, _dir) = start_in_mode("enforce").await;
+    let response = review_response(&client, &server.url("/validate"), &stale_review()).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 409);
+    assert_eq!(response["status"]["reason"], "Conflict");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"));
+    let response = review_response(&client, &server.url("/mutate"), &stale_review()).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+}
+
+#[tokio::test]
+async fn trim_answers_with_a_base64_json_patch_that_restores_the_owners_items() {
+    let (server, client, _dir) = start_in_mode("trim").await;
+    let review = stale_review();
+    let response = review_response(&client, &server.url("/mutate"), &review).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    let encoded = response["patch"].as_str().expect("the patch is a base64 string on the wire");
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
+    let mut object = review["request"]["object"].clone();
+    json_patch::patch(&mut object, &patch).unwrap();
+    assert_eq!(object["status"]["observedGeneration"], review["request"]["oldObject"]["status"]["observedGeneration"]);
+    assert_eq!(object["status"]["replicas"], 5, "the writer's own change stays");
+    assert_eq!(response["warnings"].as_array().unwrap().len(), 2);
+
+    // The backstop: /validate of a trim resource denies what was not trimmed.
+    let response = review_response(&client, &server.url("/validate"), &review).await;
+    assert_eq!(response["status"]["code"], 409);
+}
+
+#[tokio::test]
+async fn audit_allows_with_warnings_and_audit_annotations() {
+    let (server, client, _dir) = start_in_mode("audit").await;
+    let response = review_response(&client, &server.url("/validate"), &stale_review()).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["warnings"].as_array().unwrap().len(), 2);
+    assert!(response["auditAnnotations"]["violations"].as_str().unwrap().contains("status.observedGeneration"));
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let mut cfg = config(RulesSource::Embedded, Some(files(dir.path())));
+    cfg.max_body_bytes = 64 * 1024;
+    let server = RunningServer::start(cfg).await;
+    let client = https_client(&certs.ca_pem);
+    let url = server.url("/validate");
+
+    let mut no_request = stale_review();
+    no_request.as_object_mut().unwrap().remove("request");
+    let mut beta = stale_review();
+    beta["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let mut no_old = stale_review();
+    no_old["request"]["oldObject"] = Value::Null;
+    // (what, body, status, a phrase of the one-line reason)
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("malformed JSON", b"{\"apiVersion\":".to_vec(), 400, "malformed JSON"),
+        ("not JSON at all", b"hello".to_vec(), 400, "malformed JSON"),
+        ("empty body", vec![], 400, "malformed JSON"),
+        ("not a review", br#"{"kind":"Pod","apiVersion":"v1","spec":{}}"#.to_vec(), 400, "AdmissionReview"),
+        ("no request", serde_json::to_vec(&no_request).unwrap(), 400, "has no request"),
+        ("v1beta1", serde_json::to_vec(&beta).unwrap(), 400, "unsupported review"),
+        ("status update without oldObject", serde_json::to_vec(&no_old).unwrap(), 400, "oldObject"),
+        ("over the body limit", vec![b' '; 65 * 1024], 413, "over 65536 bytes"),
+    ];
+    for (what, body, status, reason) in cases {
+        let (got, text) = post(&client, &url, body).await;
+        assert_eq!(got, status, "{what}: {text}");
+        assert!(text.contains(reason) && text.lines().count() == 1, "{what}: {text:?}");
+    }
+    let got = client.get(&url).send().await.unwrap().status().as_u16();
+    assert_eq!(got, 405, "GET");
+    let got = client.put(server.url("/mutate")).send().await.unwrap().status().as_u16();
+    assert_eq!(got, 405, "PUT");
+    let got = client.post(server.url("/other")).send().await.unwrap().status().as_u16();
+    assert_eq!(got, 404);
+
+    // Still serving, and the errors were counted.
+    let response = review_response(&client, &url, &stale_review()).await;
+    assert_eq!(response["status"]["code"], 409);
+    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"decision="error"} 7"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn plain_http_on_the_tls_port_is_never_answered() {
+    let (server, _client, _dir) = start_in_mode("enforce").await;
+    let result = plain_client().post(format!("http://{}/validate", server.tls)).body("{}").send().await;
+    assert!(result.is_err(), "plain HTTP got an answer: {result:?}");
+}
+
+#[tokio::test]
+async fn tls_1_2_and_1_3_are_both_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let tcp = tokio::net::TcpStream::connect(server.tls).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let tls = tls_connector(&certs.ca_pem, &[version]).connect(name, tcp).await.unwrap();
+        assert_eq!(tls.get_ref().1.protocol_version(), Some(version.version));
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_chain_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    // leaf + CA in one file, as cert-manager writes tls.crt
+    std::fs::write(dir.path().join("tls.crt"), format!("{}{}", certs.cert_pem, certs.ca_pem)).unwrap();
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
+    let response = review_response(&https_client(&certs.ca_pem), &server.url("/validate"), &stale_review()).await;
+    assert_eq!(response["status"]["code"], 409);
+}
+
+/// Polls until a client that trusts only `ca_pem` can talk to the server.
+async fn wait_until_served_by(server: &RunningServer, ca_pem: &str) {
+    let client = https_client(ca_pem);
+    eventually(Duration::from_secs(10), "the new certificate is served", || {
+        let client = client.clone();
+        let url = server.url("/validate");
+        async move { client.get(url).send().await.is_ok() }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn rotation_in_place_is_served_to_new_connections_without_breaking_in_flight_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = write_pair(dir.path());
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
+    let body = serde_json::to_vec(&stale_review()).unwrap();
+    let mut second = None;
+    let response = split_request(server.tls, &first.ca_pem, "/validate", &body, async {
+        second = Some(write_pair(dir.path()));
+        wait_until_served_by(&server, &second.as_ref().unwrap().ca_pem).await;
+    })
+    .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "the in-flight request broke: {response}");
+    assert!(response.contains("\"code\":409"));
+    // The old CA no longer verifies new connections.
+    assert!(https_client(&first.ca_pem).get(server.url("/validate")).send().await.is_err());
+    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"statusguard_tls_reloads_total{result="success"} 1"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn rotation_by_kubelet_symlink_swap_is_served() {
+    // A Secret volume: tls.crt -> ..data/tls.crt, ..data -> ..<timestamp>/
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let make_version = |name: &str| {
+        let version = root.join(name);
+        std::fs::create_dir(&version).unwrap();
+        write_pair(&version)
+    };
+    let first = make_version("..2026_12_02_00_00_00.1");
+    std::os::unix::fs::symlink("..2026_12_02_00_00_00.1", root.join("..data")).unwrap();
+    for file in ["tls.crt", "tls.key"] {
+        std::os::unix::fs::symlink(format!("..data/{file}"), root.join(file)).unwrap();
+    }
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(root)))).await;
+    wait_until_served_by(&server, &first.ca_pem).await;
+
+    let second = make_version("..2026_12_02_00_10_00.2");
+    std::os::unix::fs::symlink("..2026_12_02_00_10_00.2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_12_02_00_00_00.1")).unwrap();
+    wait_until_served_by(&server, &second.ca_pem).await;
+}
+
+#[tokio::test]
+async fn a_half_written_rotation_keeps_the_old_pair_until_the_key_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = write_pair(dir.path());
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
+    let next = statusguard::tls::generate_certificates(&[]).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), &next.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The new certificate does not fit the old key: the old pair stays.
+    let response = review_response(&https_client(&first.ca_pem), &server.url("/validate"), &stale_review()).await;
+    assert_eq!(response["status"]["code"], 409);
+    std::fs::write(dir.path().join("tls.key"), &next.key_pem).unwrap();
+    wait_until_served_by(&server, &next.ca_pem).await;
+    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"statusguard_tls_reloads_total{result="error"}"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn readiness_needs_rules_and_tls() {
+    let metrics = std::sync::Arc::new(statusguard::metrics::Metrics::default());
+    let app = statusguard::server::App::new(metrics, 1024, Duration::from_secs(1));
+    let listener = tokio::net::TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(axum::serve(listener, statusguard::server::admin_router(app.clone())).into_future());
+    let readyz = || async {
+        let r = plain_client().get(format!("http://{addr}/readyz")).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let (status, body) = readyz().await;
+    assert_eq!(status, 503);
+    assert!(body.contains("TLS is not ready"), "{body}");
+    app.set_tls_ready();
+    let (status, body) = readyz().await;
+    assert_eq!(status, 503);
+    assert!(body.contains("no ownership rules loaded"), "{body}");
+    app.rules.replace(statusguard::ownership::Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP).unwrap());
+    assert_eq!(readyz().await.0, 200);
+    let health = plain_client().get(format!("http://{addr}/healthz")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn metrics_name_decisions_violations_and_rules() {
+    let (server, client, _dir) = start_in_mode("enforce").await;
+    review_response(&client, &server.url("/validate"), &stale_review()).await;
+    let mut skipped = stale_review();
+    skipped["request"]["resource"]["resource"] = json!("gizmos");
+    review_response(&client, &server.url("/validate"), &skipped).await;
+    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for expected in [
+        r#"statusguard_admission_requests_total{endpoint="validate",group="example.com",resource="widgets",decision="denied"} 1"#,
+        r#"statusguard_admission_requests_total{endpoint="validate",group="(unconfigured)",resource="(unconfigured)",decision="skipped"} 1"#,
+        r#"statusguard_violations_total{group="example.com",resource="widgets",owner="system:serviceaccount:platform:widget-controller",item="status.observedGeneration"} 1"#,
+        r#"statusguard_admission_duration_seconds_count{endpoint="validate"} 2"#,
+        "statusguard_rules_generation 1",
+        r#"statusguard_tls_reloads_total{result="error"} 0"#,
+    ] {
+        assert!(metrics.contains(expected), "missing {expected}\n{metrics}");
+    }
+    assert!(!metrics.contains("w1"), "object names never become labels");
+}
+
+#[tokio::test]
+async fn a_stuck_client_is_cut_off_and_a_slow_body_gets_408() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let mut cfg = config(RulesSource::Embedded, Some(files(dir.path())));
+    cfg.header_read_timeout = Duration::from_secs(1);
+    cfg.request_timeout = Duration::from_secs(1);
+    let server = RunningServer::start(cfg).await;
+
+    // Headers that never finish: the connection is closed.
+    let tcp = tokio::net::TcpStream::connect(server.tls).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tls_connector(&certs.ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
+    tls.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the stuck connection was not closed");
+
+    // A body that stops half way: 408.
+    let body = serde_json::to_vec(&stale_review()).unwrap();
+    let response = split_request(server.tls, &certs.ca_pem, "/validate", &body, tokio::time::sleep(Duration::from_secs(2))).await;
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+}
+
+// ---- the binary -------------------------------------------------------------
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Process(std::process::Child);
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill").args([&format!("-{name}"), &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+async fn start_binary(dir: &std::path::Path) -> (Process, u16, u16, String) {
+    let (tls, admin) = (free_port(), free_port());
+    let ca = dir.join("ca.pem");
+    let child = Command::new(env!("CARGO_BIN_EXE_statusguard"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{tls}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+        .arg("--write-ca")
+        .arg(&ca)
+        .args(["--log-format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process(child);
+    eventually(Duration::from_secs(20), "the binary is ready", || async move {
+        matches!(plain_client().get(format!("http://127.0.0.1:{admin}/readyz")).send().await, Ok(r) if r.status() == 200)
+    })
+    .await;
+    let ca_pem = std::fs::read_to_string(&ca).unwrap();
+    (process, tls, admin, ca_pem)
+}
+
+#[tokio::test]
+async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut process, tls, admin, ca_pem) = start_binary(dir.path()).await;
+    let body = serde_json::to_vec(&stale_review()).unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], tls));
+    let response = split_request(addr, &ca_pem, "/validate", &body, async {
+        signal(&process.0, "TERM");
+        eventually(Duration::from_secs(10), "readiness turns 503", || async move {
+            matches!(plain_client().get(format!("http://127.0.0.1:{admin}/readyz")).send().await, Ok(r) if r.status() == 503)
+        })
+        .await;
+    })
+    .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("\"code\":409"));
+    let status = tokio::task::spawn_blocking(move || {
+        let status = process.0.wait().unwrap();
+        std::mem::forget(process);
+        status
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut process, tls, _admin, ca_pem) = start_binary(dir.path()).await;
+    // An in-flight request that never finishes keeps the drain waiting.
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut stuck = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
+    stuck.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{").await.unwrap();
+    stuck.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(&process.0, "TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(process.0.try_wait().unwrap().is_none(), "the first signal drains, it does not exit");
+    signal(&process.0, "INT");
+    let mut exited = None;
+    for _ in 0..50 {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = exited.expect("the second signal ends the process");
+    assert_eq!(status.code(), Some(130));
+}
