@@ -17,15 +17,30 @@ use crate::server::{RulesSource, ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
 
 #[derive(Debug, Parser)]
-#[command(name = "statusguard", version, about = "Ownership of shared Kubernetes status fields")]
+#[command(
+    name = "statusguard",
+    version,
+    about = "Ownership of shared Kubernetes status fields"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Log format.
-    #[arg(long, global = true, value_enum, default_value = "text", env = "STATUSGUARD_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "STATUSGUARD_LOG_FORMAT"
+    )]
     pub log_format: LogFormat,
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `statusguard=debug`.
-    #[arg(long, global = true, default_value = "info", env = "STATUSGUARD_LOG_LEVEL")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "info",
+        env = "STATUSGUARD_LOG_LEVEL"
+    )]
     pub log_level: String,
 }
 
@@ -112,7 +127,12 @@ pub struct ReviewArgs {
     #[arg(long, env = "STATUSGUARD_OWNERSHIP")]
     pub ownership: PathBuf,
     /// Which endpoint to answer as.
-    #[arg(long, value_enum, default_value = "validate", env = "STATUSGUARD_ENDPOINT")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "validate",
+        env = "STATUSGUARD_ENDPOINT"
+    )]
     pub endpoint: EndpointArg,
     /// An AdmissionReview (admission.k8s.io/v1) as JSON; `-` reads standard input.
     pub review: PathBuf,
@@ -174,7 +194,9 @@ impl ServeArgs {
 pub fn init_logging(format: LogFormat, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
@@ -193,12 +215,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Review(args) => Ok(review(&args)),
         Command::GenCerts(args) => {
             let certs = generate_certificates(&args.tls_sans)?;
-            std::fs::create_dir_all(&args.out_dir).with_context(|| format!("cannot create {}", args.out_dir.display()))?;
-            for (name, pem) in [("ca.crt", &certs.ca_pem), ("tls.crt", &certs.cert_pem), ("tls.key", &certs.key_pem)] {
+            std::fs::create_dir_all(&args.out_dir)
+                .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+            for (name, pem) in [
+                ("ca.crt", &certs.ca_pem),
+                ("tls.crt", &certs.cert_pem),
+                ("tls.key", &certs.key_pem),
+            ] {
                 let path = args.out_dir.join(name);
-                std::fs::write(&path, pem).with_context(|| format!("cannot write {}", path.display()))?;
+                std::fs::write(&path, pem)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
             }
-            println!("wrote ca.crt, tls.crt and tls.key to {}", args.out_dir.display());
+            println!(
+                "wrote ca.crt, tls.crt and tls.key to {}",
+                args.out_dir.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -208,7 +239,10 @@ fn check(args: &CheckArgs) -> ExitCode {
     let text = match std::fs::read_to_string(&args.file) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("statusguard check: cannot read {}: {e}", args.file.display());
+            eprintln!(
+                "statusguard check: cannot read {}: {e}",
+                args.file.display()
+            );
             return ExitCode::from(1);
         }
     };
@@ -216,10 +250,20 @@ fn check(args: &CheckArgs) -> ExitCode {
         Ok(rules) => {
             println!("{}: valid: {}", args.file.display(), rules.summary());
             for r in rules.resources() {
-                println!("  {} (mode {}, conditions at status.{})", r.name(), r.mode, r.conditions_path);
+                println!(
+                    "  {} (mode {}, conditions at status.{})",
+                    r.name(),
+                    r.mode,
+                    r.conditions_path
+                );
                 for w in &r.writers {
                     let fields: Vec<String> = w.fields.iter().map(ToString::to_string).collect();
-                    println!("    {}: fields [{}], conditions [{}]", w.username, fields.join(", "), w.conditions.join(", "));
+                    println!(
+                        "    {}: fields [{}], conditions [{}]",
+                        w.username,
+                        fields.join(", "),
+                        w.conditions.join(", ")
+                    );
                 }
             }
             ExitCode::SUCCESS
@@ -250,13 +294,17 @@ fn review(args: &ReviewArgs) -> ExitCode {
 fn answer_review(args: &ReviewArgs) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.ownership)
         .with_context(|| format!("cannot read {}", args.ownership.display()))?;
-    let rules = Ownership::from_document_or_configmap(&text).with_context(|| args.ownership.display().to_string())?;
+    let rules = Ownership::from_document_or_configmap(&text)
+        .with_context(|| args.ownership.display().to_string())?;
     let body = if args.review.as_os_str() == "-" {
         let mut body = Vec::new();
-        std::io::stdin().read_to_end(&mut body).context("cannot read standard input")?;
+        std::io::stdin()
+            .read_to_end(&mut body)
+            .context("cannot read standard input")?;
         body
     } else {
-        std::fs::read(&args.review).with_context(|| format!("cannot read {}", args.review.display()))?
+        std::fs::read(&args.review)
+            .with_context(|| format!("cannot read {}", args.review.display()))?
     };
     let request = parse_request(&body)?;
     let endpoint = match args.endpoint {

@@ -8,12 +8,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::StatusSummary;
-use kube::core::DynamicObject;
 use serde_json::Value;
 
-use crate::ownership::{status_pointer, value_at, FieldPath, Mode, Ownership, ResourceRules};
+use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, status_pointer, value_at};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,11 +122,21 @@ pub fn decide(
     endpoint: Endpoint,
 ) -> Result<Decision, DecisionError> {
     let writer = request.user_info.username.clone().unwrap_or_default();
-    let decision = |outcome, violations, response| Decision { outcome, writer: writer.clone(), violations, response };
+    let decision = |outcome, violations, response| Decision {
+        outcome,
+        writer: writer.clone(),
+        violations,
+        response,
+    };
     let allow = AdmissionResponse::from(request);
 
     let resource_rules = match rules.resource(&request.resource.group, &request.resource.resource) {
-        Some(r) if request.operation == Operation::Update && request.sub_resource.as_deref() == Some("status") => r,
+        Some(r)
+            if request.operation == Operation::Update
+                && request.sub_resource.as_deref() == Some("status") =>
+        {
+            r
+        }
         _ => return Ok(decision(Outcome::Skipped, vec![], allow)),
     };
     let groups = request.user_info.groups.as_deref().unwrap_or_default();
@@ -139,9 +149,20 @@ pub fn decide(
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
 
-    let old = request.old_object.as_ref().ok_or(DecisionError::MissingObject("oldObject"))?;
-    let new = request.object.as_ref().ok_or(DecisionError::MissingObject("object"))?;
-    let violations = find_violations(resource_rules, &writer, old.data.get("status"), new.data.get("status"));
+    let old = request
+        .old_object
+        .as_ref()
+        .ok_or(DecisionError::MissingObject("oldObject"))?;
+    let new = request
+        .object
+        .as_ref()
+        .ok_or(DecisionError::MissingObject("object"))?;
+    let violations = find_violations(
+        resource_rules,
+        &writer,
+        old.data.get("status"),
+        new.data.get("status"),
+    );
     if violations.is_empty() {
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
@@ -156,14 +177,22 @@ pub fn decide(
             response.warnings = Some(violations.iter().map(|v| warning("changed", v)).collect());
             response.audit_annotations.insert(
                 "violations".to_owned(),
-                violations.iter().map(Violation::to_string).collect::<Vec<_>>().join("; "),
+                violations
+                    .iter()
+                    .map(Violation::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
             );
-            response.audit_annotations.insert("writer".to_owned(), writer.clone());
+            response
+                .audit_annotations
+                .insert("writer".to_owned(), writer.clone());
             decision(Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
             let patch = restoring_patch(resource_rules, &violations, &old.data, &new.data)?;
-            let mut response = allow.with_patch(patch).map_err(|e| DecisionError::Patch(e.to_string()))?;
+            let mut response = allow
+                .with_patch(patch)
+                .map_err(|e| DecisionError::Patch(e.to_string()))?;
             response.warnings = Some(violations.iter().map(|v| warning("restored", v)).collect());
             decision(Outcome::Trimmed, violations, response)
         }
@@ -183,12 +212,18 @@ pub fn find_violations(
     for owner in rules.writers.iter().filter(|w| w.username != writer) {
         for path in &owner.fields {
             if path.get(old_status) != path.get(new_status) {
-                violations.push(Violation { item: Item::Field(path.clone()), owner: owner.username.clone() });
+                violations.push(Violation {
+                    item: Item::Field(path.clone()),
+                    owner: owner.username.clone(),
+                });
             }
         }
         for ty in &owner.conditions {
             if !same_items(&of_type(old_conditions, ty), &of_type(new_conditions, ty)) {
-                violations.push(Violation { item: Item::Condition(ty.clone()), owner: owner.username.clone() });
+                violations.push(Violation {
+                    item: Item::Condition(ty.clone()),
+                    owner: owner.username.clone(),
+                });
             }
         }
     }
@@ -197,7 +232,12 @@ pub fn find_violations(
 
 /// The conditions list of a status; anything that is not a list counts as empty.
 fn conditions<'a>(rules: &ResourceRules, status: Option<&'a Value>) -> &'a [Value] {
-    rules.conditions_path.get(status).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    rules
+        .conditions_path
+        .get(status)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
 }
 
 fn condition_type(item: &Value) -> Option<&str> {
@@ -205,7 +245,9 @@ fn condition_type(item: &Value) -> Option<&str> {
 }
 
 fn of_type<'a>(list: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    list.iter().filter(|c| condition_type(c) == Some(ty)).collect()
+    list.iter()
+        .filter(|c| condition_type(c) == Some(ty))
+        .collect()
 }
 
 /// Equal as multisets: the order of the conditions list does not matter.
@@ -214,17 +256,26 @@ fn same_items(a: &[&Value], b: &[&Value]) -> bool {
         return false;
     }
     let mut used = vec![false; b.len()];
-    a.iter().all(|x| match (0..b.len()).find(|&i| !used[i] && b[i] == *x) {
-        Some(i) => {
-            used[i] = true;
-            true
-        }
-        None => false,
-    })
+    a.iter()
+        .all(|x| match (0..b.len()).find(|&i| !used[i] && b[i] == *x) {
+            Some(i) => {
+                used[i] = true;
+                true
+            }
+            None => false,
+        })
 }
 
-fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation]) -> AdmissionResponse {
-    let mut listed: Vec<String> = violations.iter().take(MESSAGE_ITEMS).map(Violation::to_string).collect();
+fn deny_conflict(
+    allow: AdmissionResponse,
+    writer: &str,
+    violations: &[Violation],
+) -> AdmissionResponse {
+    let mut listed: Vec<String> = violations
+        .iter()
+        .take(MESSAGE_ITEMS)
+        .map(Violation::to_string)
+        .collect();
     if violations.len() > MESSAGE_ITEMS {
         listed.push(format!("and {} more", violations.len() - MESSAGE_ITEMS));
     }
@@ -242,7 +293,10 @@ fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation
 }
 
 fn warning(verb: &str, violation: &Violation) -> String {
-    let text = format!("statusguard {verb} {}, owned by {}", violation.item, violation.owner);
+    let text = format!(
+        "statusguard {verb} {}, owned by {}",
+        violation.item, violation.owner
+    );
     if text.chars().count() <= WARNING_CHARS {
         text
     } else {
@@ -266,7 +320,9 @@ pub fn restoring_patch(
     let mut violated_types = BTreeSet::new();
     for violation in violations {
         match &violation.item {
-            Item::Field(path) => restore(&mut work, path.segments(), path.get(old_status), &mut ops)?,
+            Item::Field(path) => {
+                restore(&mut work, path.segments(), path.get(old_status), &mut ops)?
+            }
             Item::Condition(ty) => {
                 violated_types.insert(ty.as_str());
             }
@@ -277,8 +333,14 @@ pub fn restoring_patch(
         let restored = restored_conditions(current, conditions(rules, old_status), &violated_types);
         if restored != current {
             let old_list = rules.conditions_path.get(old_status);
-            let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
-            restore(&mut work, rules.conditions_path.segments(), value.as_ref(), &mut ops)?;
+            let value =
+                (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
+            restore(
+                &mut work,
+                rules.conditions_path.segments(),
+                value.as_ref(),
+                &mut ops,
+            )?;
         }
     }
     Ok(Patch(ops))
@@ -323,7 +385,9 @@ fn restore(
             if value_at(work.get("status"), segments).is_none() {
                 return Ok(());
             }
-            PatchOperation::Remove(RemoveOperation { path: status_pointer(segments) })
+            PatchOperation::Remove(RemoveOperation {
+                path: status_pointer(segments),
+            })
         }
         Some(value) => {
             // Walk down while parents are objects; create the rest of the
@@ -349,10 +413,14 @@ fn restore(
             for key in nested.iter().rev() {
                 built = Value::Object([(key.clone(), built)].into_iter().collect());
             }
-            PatchOperation::Add(AddOperation { path: status_pointer(at), value: built })
+            PatchOperation::Add(AddOperation {
+                path: status_pointer(at),
+                value: built,
+            })
         }
     };
-    json_patch::patch(work, std::slice::from_ref(&op)).map_err(|e| DecisionError::Patch(e.to_string()))?;
+    json_patch::patch(work, std::slice::from_ref(&op))
+        .map_err(|e| DecisionError::Patch(e.to_string()))?;
     ops.push(op);
     Ok(())
 }

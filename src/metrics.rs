@@ -106,22 +106,43 @@ impl Default for Metrics {
             config_reloads.clone(),
         );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register("tls_reloads", "Serving certificate reloads, by result", tls_reloads.clone());
+        registry.register(
+            "tls_reloads",
+            "Serving certificate reloads, by result",
+            tls_reloads.clone(),
+        );
         // Counters that exist at 0 from the start, so that rate() and alerts
         // see the first increment.
         for result in ["success", "error"] {
-            tls_reloads.get_or_create(&ResultLabels { result });
+            drop(tls_reloads.get_or_create(&ResultLabels { result }));
         }
         for result in ["valid", "invalid", "missing"] {
-            config_reloads.get_or_create(&ResultLabels { result });
+            drop(config_reloads.get_or_create(&ResultLabels { result }));
         }
-        Self { registry, requests, duration, violations, rules_generation, rules_stale, config_reloads, tls_reloads }
+        Self {
+            registry,
+            requests,
+            duration,
+            violations,
+            rules_generation,
+            rules_stale,
+            config_reloads,
+            tls_reloads,
+        }
     }
 }
 
 impl Metrics {
     /// Records one answered review.
-    pub fn decision(&self, endpoint: Endpoint, rules: &Ownership, decision: &Decision, group: &str, resource: &str, took: Duration) {
+    pub fn decision(
+        &self,
+        endpoint: Endpoint,
+        rules: &Ownership,
+        decision: &Decision,
+        group: &str,
+        resource: &str,
+        took: Duration,
+    ) {
         let (group, resource) = match rules.resource(group, resource) {
             Some(r) => (r.group.clone(), r.resource.clone()),
             None => (UNCONFIGURED.to_owned(), UNCONFIGURED.to_owned()),
@@ -137,9 +158,18 @@ impl Metrics {
                 .inc();
         }
         self.requests
-            .get_or_create(&RequestLabels { endpoint: endpoint.as_str(), group, resource, decision: decision.outcome.as_str() })
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.as_str(),
+                group,
+                resource,
+                decision: decision.outcome.as_str(),
+            })
             .inc();
-        self.duration.get_or_create(&EndpointLabels { endpoint: endpoint.as_str() }).observe(took.as_secs_f64());
+        self.duration
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.as_str(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// Records a review that could not be answered (bad input).
@@ -152,23 +182,35 @@ impl Metrics {
                 decision: "error",
             })
             .inc();
-        self.duration.get_or_create(&EndpointLabels { endpoint: endpoint.as_str() }).observe(took.as_secs_f64());
+        self.duration
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.as_str(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     pub fn rules_loaded(&self, generation: u64) {
         self.rules_generation.set(generation as i64);
         self.rules_stale.set(0);
-        self.config_reloads.get_or_create(&ResultLabels { result: "valid" }).inc();
+        self.config_reloads
+            .get_or_create(&ResultLabels { result: "valid" })
+            .inc();
     }
 
     /// The source changed but could not be used; the rules in force stay.
     pub fn rules_rejected(&self, result: &'static str) {
         self.rules_stale.set(1);
-        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn tls_reload(&self, ok: bool) {
-        self.tls_reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "error" } }).inc();
+        self.tls_reloads
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "error" },
+            })
+            .inc();
     }
 
     /// The Prometheus text exposition.

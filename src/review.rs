@@ -3,7 +3,9 @@
 
 use base64::Engine as _;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND};
+use kube::core::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND,
+};
 use serde_json::Value;
 
 /// Why a body is not an admission review statusguard can answer.
@@ -13,7 +15,9 @@ pub enum ReviewError {
     Json(serde_json::Error),
     #[error("not an AdmissionReview: {0}")]
     NotAReview(serde_json::Error),
-    #[error("unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}")]
+    #[error(
+        "unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}"
+    )]
     Version { api_version: String, kind: String },
     #[error("the AdmissionReview has no request")]
     NoRequest,
@@ -24,10 +28,17 @@ pub enum ReviewError {
 /// Parses an `admission.k8s.io/v1` AdmissionReview and returns its request.
 pub fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
-        if e.is_data() { ReviewError::NotAReview(e) } else { ReviewError::Json(e) }
+        if e.is_data() {
+            ReviewError::NotAReview(e)
+        } else {
+            ReviewError::Json(e)
+        }
     })?;
     if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
-        return Err(ReviewError::Version { api_version: review.types.api_version, kind: review.types.kind });
+        return Err(ReviewError::Version {
+            api_version: review.types.api_version,
+            kind: review.types.kind,
+        });
     }
     review.try_into().map_err(|_| ReviewError::NoRequest)
 }

@@ -24,7 +24,10 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: no PEM certificate found")]
     NoCertificate { path: PathBuf },
     #[error("{path}: {message}")]
@@ -48,12 +51,21 @@ pub struct GeneratedCertificates {
 /// Makes a development CA and a serving certificate for localhost,
 /// 127.0.0.1, ::1 and every name in `extra_sans` (DNS names or IPs).
 pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertificates, TlsError> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
 
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name.push(DnType::CommonName, "statusguard development CA");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "statusguard development CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_key = KeyPair::generate()?;
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
 
@@ -67,12 +79,21 @@ pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertifica
             Err(_) => rcgen::SanType::DnsName(san.clone().try_into()?),
         });
     }
-    params.distinguished_name.push(DnType::CommonName, "statusguard");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "statusguard");
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca)?;
-    Ok(GeneratedCertificates { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    Ok(GeneratedCertificates {
+        ca_pem: ca.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// Parses a PEM chain (leaf first) and its private key into a served key.
@@ -84,12 +105,19 @@ pub fn certified_key(
 ) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem { path: cert_path.to_owned(), message: e.to_string() })?;
+        .map_err(|e| TlsError::Pem {
+            path: cert_path.to_owned(),
+            message: e.to_string(),
+        })?;
     if chain.is_empty() {
-        return Err(TlsError::NoCertificate { path: cert_path.to_owned() });
+        return Err(TlsError::NoCertificate {
+            path: cert_path.to_owned(),
+        });
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| TlsError::Pem { path: key_path.to_owned(), message: format!("no usable private key: {e}") })?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Pem {
+        path: key_path.to_owned(),
+        message: format!("no usable private key: {e}"),
+    })?;
     CertifiedKey::from_der(chain, key, &crypto_provider()).map_err(TlsError::KeyMismatch)
 }
 
@@ -115,7 +143,9 @@ impl ResolvesServerCert for SwappableCert {
 }
 
 /// The rustls server configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1.
-pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<rustls::ServerConfig, TlsError> {
+pub fn server_config(
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let mut config = rustls::ServerConfig::builder_with_provider(crypto_provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -141,14 +171,22 @@ pub struct CertFiles {
 
 impl CertFiles {
     fn read(&self) -> Result<PemPair, TlsError> {
-        let read = |path: &Path| std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), source });
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
         Ok((read(&self.cert)?, read(&self.key)?))
     }
 
     /// Loads the pair once, for start-up.
     pub fn load(&self) -> Result<(CertifiedKey, PemPair), TlsError> {
         let bytes = self.read()?;
-        Ok((certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?, bytes))
+        Ok((
+            certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?,
+            bytes,
+        ))
     }
 
     /// Polls the files until the process ends, swapping in each new valid pair.
@@ -208,7 +246,13 @@ mod tests {
             certified_key(a.cert_pem.as_bytes(), b.key_pem.as_bytes(), p, p),
             Err(TlsError::KeyMismatch(_))
         ));
-        assert!(matches!(certified_key(b"", a.key_pem.as_bytes(), p, p), Err(TlsError::NoCertificate { .. })));
-        assert!(matches!(certified_key(a.cert_pem.as_bytes(), b"junk", p, p), Err(TlsError::Pem { .. })));
+        assert!(matches!(
+            certified_key(b"", a.key_pem.as_bytes(), p, p),
+            Err(TlsError::NoCertificate { .. })
+        ));
+        assert!(matches!(
+            certified_key(a.cert_pem.as_bytes(), b"junk", p, p),
+            Err(TlsError::Pem { .. })
+        ));
     }
 }

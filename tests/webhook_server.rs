@@ -12,19 +12,32 @@ use support::webhook::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn stale_review() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(example("stale-rollback-review.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(example("stale-rollback-review.json")).unwrap())
+        .unwrap()
 }
 
 /// The example ownership document with another default mode, as a file.
 fn ownership_in_mode(dir: &std::path::Path, mode: &str) -> RulesSource {
-    let text = std::fs::read_to_string(example("ownership.yaml")).unwrap().replace("mode: enforce", &format!("mode: {mode}"));
+    let text = std::fs::read_to_string(example("ownership.yaml"))
+        .unwrap()
+        .replace("mode: enforce", &format!("mode: {mode}"));
     let path = dir.join(format!("ownership-{mode}.yaml"));
     std::fs::write(&path, text).unwrap();
     RulesSource::File(path)
 }
 
-async fn post(client: &reqwest::Client, url: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
-    let response = client.post(url).header("content-type", "application/json").body(body).send().await.unwrap();
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    body: impl Into<reqwest::Body>,
+) -> (u16, String) {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
@@ -34,14 +47,21 @@ async fn review_response(client: &reqwest::Client, url: &str, review: &Value) ->
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(answer["kind"], "AdmissionReview");
-    assert_eq!(answer["response"]["uid"], review["request"]["uid"], "the uid is echoed");
+    assert_eq!(
+        answer["response"]["uid"], review["request"]["uid"],
+        "the uid is echoed"
+    );
     answer["response"].clone()
 }
 
 async fn start_in_mode(mode: &str) -> (RunningServer, reqwest::Client, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
-    let server = RunningServer::start(config(ownership_in_mode(dir.path(), mode), Some(files(dir.path())))).await;
+    let server = RunningServer::start(config(
+        ownership_in_mode(dir.path(), mode),
+        Some(files(dir.path())),
+    ))
+    .await;
     (server, https_client(&certs.ca_pem), dir)
 }
 
@@ -53,7 +73,9 @@ async fn enforce_denies_the_stale_rollback_with_409_and_mutate_allows() {
     assert_eq!(response["status"]["code"], 409);
     assert_eq!(response["status"]["reason"], "Conflict");
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains("status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"));
+    assert!(message.contains(
+        "status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"
+    ));
     let response = review_response(&client, &server.url("/mutate"), &stale_review()).await;
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none());
@@ -66,13 +88,25 @@ async fn trim_answers_with_a_base64_json_patch_that_restores_the_owners_items() 
     let response = review_response(&client, &server.url("/mutate"), &review).await;
     assert_eq!(response["allowed"], true);
     assert_eq!(response["patchType"], "JSONPatch");
-    let encoded = response["patch"].as_str().expect("the patch is a base64 string on the wire");
-    let patch: json_patch::Patch =
-        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
+    let encoded = response["patch"]
+        .as_str()
+        .expect("the patch is a base64 string on the wire");
+    let patch: json_patch::Patch = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+    )
+    .unwrap();
     let mut object = review["request"]["object"].clone();
     json_patch::patch(&mut object, &patch).unwrap();
-    assert_eq!(object["status"]["observedGeneration"], review["request"]["oldObject"]["status"]["observedGeneration"]);
-    assert_eq!(object["status"]["replicas"], 5, "the writer's own change stays");
+    assert_eq!(
+        object["status"]["observedGeneration"],
+        review["request"]["oldObject"]["status"]["observedGeneration"]
+    );
+    assert_eq!(
+        object["status"]["replicas"], 5,
+        "the writer's own change stays"
+    );
     assert_eq!(response["warnings"].as_array().unwrap().len(), 2);
 
     // The backstop: /validate of a trim resource denies what was not trimmed.
@@ -86,7 +120,12 @@ async fn audit_allows_with_warnings_and_audit_annotations() {
     let response = review_response(&client, &server.url("/validate"), &stale_review()).await;
     assert_eq!(response["allowed"], true);
     assert_eq!(response["warnings"].as_array().unwrap().len(), 2);
-    assert!(response["auditAnnotations"]["violations"].as_str().unwrap().contains("status.observedGeneration"));
+    assert!(
+        response["auditAnnotations"]["violations"]
+            .as_str()
+            .unwrap()
+            .contains("status.observedGeneration")
+    );
 }
 
 #[tokio::test]
@@ -107,38 +146,94 @@ async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
     no_old["request"]["oldObject"] = Value::Null;
     // (what, body, status, a phrase of the one-line reason)
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
-        ("malformed JSON", b"{\"apiVersion\":".to_vec(), 400, "malformed JSON"),
+        (
+            "malformed JSON",
+            b"{\"apiVersion\":".to_vec(),
+            400,
+            "malformed JSON",
+        ),
         ("not JSON at all", b"hello".to_vec(), 400, "malformed JSON"),
         ("empty body", vec![], 400, "malformed JSON"),
-        ("not a review", br#"{"kind":"Pod","apiVersion":"v1","spec":{}}"#.to_vec(), 400, "AdmissionReview"),
-        ("no request", serde_json::to_vec(&no_request).unwrap(), 400, "has no request"),
-        ("v1beta1", serde_json::to_vec(&beta).unwrap(), 400, "unsupported review"),
-        ("status update without oldObject", serde_json::to_vec(&no_old).unwrap(), 400, "oldObject"),
-        ("over the body limit", vec![b' '; 65 * 1024], 413, "over 65536 bytes"),
+        (
+            "not a review",
+            br#"{"kind":"Pod","apiVersion":"v1","spec":{}}"#.to_vec(),
+            400,
+            "AdmissionReview",
+        ),
+        (
+            "no request",
+            serde_json::to_vec(&no_request).unwrap(),
+            400,
+            "has no request",
+        ),
+        (
+            "v1beta1",
+            serde_json::to_vec(&beta).unwrap(),
+            400,
+            "unsupported review",
+        ),
+        (
+            "status update without oldObject",
+            serde_json::to_vec(&no_old).unwrap(),
+            400,
+            "oldObject",
+        ),
+        (
+            "over the body limit",
+            vec![b' '; 65 * 1024],
+            413,
+            "over 65536 bytes",
+        ),
     ];
     for (what, body, status, reason) in cases {
         let (got, text) = post(&client, &url, body).await;
         assert_eq!(got, status, "{what}: {text}");
-        assert!(text.contains(reason) && text.lines().count() == 1, "{what}: {text:?}");
+        assert!(
+            text.contains(reason) && text.lines().count() == 1,
+            "{what}: {text:?}"
+        );
     }
     let got = client.get(&url).send().await.unwrap().status().as_u16();
     assert_eq!(got, 405, "GET");
-    let got = client.put(server.url("/mutate")).send().await.unwrap().status().as_u16();
+    let got = client
+        .put(server.url("/mutate"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
     assert_eq!(got, 405, "PUT");
-    let got = client.post(server.url("/other")).send().await.unwrap().status().as_u16();
+    let got = client
+        .post(server.url("/other"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
     assert_eq!(got, 404);
 
     // Still serving, and the errors were counted.
     let response = review_response(&client, &url, &stale_review()).await;
     assert_eq!(response["status"]["code"], 409);
-    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = plain_client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains(r#"decision="error"} 7"#), "{metrics}");
 }
 
 #[tokio::test]
 async fn plain_http_on_the_tls_port_is_never_answered() {
     let (server, _client, _dir) = start_in_mode("enforce").await;
-    let result = plain_client().post(format!("http://{}/validate", server.tls)).body("{}").send().await;
+    let result = plain_client()
+        .post(format!("http://{}/validate", server.tls))
+        .body("{}")
+        .send()
+        .await;
     assert!(result.is_err(), "plain HTTP got an answer: {result:?}");
 }
 
@@ -150,7 +245,10 @@ async fn tls_1_2_and_1_3_are_both_served() {
     for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
         let tcp = tokio::net::TcpStream::connect(server.tls).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let tls = tls_connector(&certs.ca_pem, &[version]).connect(name, tcp).await.unwrap();
+        let tls = tls_connector(&certs.ca_pem, &[version])
+            .connect(name, tcp)
+            .await
+            .unwrap();
         assert_eq!(tls.get_ref().1.protocol_version(), Some(version.version));
     }
 }
@@ -160,20 +258,33 @@ async fn a_certificate_chain_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
     // leaf + CA in one file, as cert-manager writes tls.crt
-    std::fs::write(dir.path().join("tls.crt"), format!("{}{}", certs.cert_pem, certs.ca_pem)).unwrap();
+    std::fs::write(
+        dir.path().join("tls.crt"),
+        format!("{}{}", certs.cert_pem, certs.ca_pem),
+    )
+    .unwrap();
     let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
-    let response = review_response(&https_client(&certs.ca_pem), &server.url("/validate"), &stale_review()).await;
+    let response = review_response(
+        &https_client(&certs.ca_pem),
+        &server.url("/validate"),
+        &stale_review(),
+    )
+    .await;
     assert_eq!(response["status"]["code"], 409);
 }
 
 /// Polls until a client that trusts only `ca_pem` can talk to the server.
 async fn wait_until_served_by(server: &RunningServer, ca_pem: &str) {
     let client = https_client(ca_pem);
-    eventually(Duration::from_secs(10), "the new certificate is served", || {
-        let client = client.clone();
-        let url = server.url("/validate");
-        async move { client.get(url).send().await.is_ok() }
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the new certificate is served",
+        || {
+            let client = client.clone();
+            let url = server.url("/validate");
+            async move { client.get(url).send().await.is_ok() }
+        },
+    )
     .await;
 }
 
@@ -189,12 +300,31 @@ async fn rotation_in_place_is_served_to_new_connections_without_breaking_in_flig
         wait_until_served_by(&server, &second.as_ref().unwrap().ca_pem).await;
     })
     .await;
-    assert!(response.starts_with("HTTP/1.1 200"), "the in-flight request broke: {response}");
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the in-flight request broke: {response}"
+    );
     assert!(response.contains("\"code\":409"));
     // The old CA no longer verifies new connections.
-    assert!(https_client(&first.ca_pem).get(server.url("/validate")).send().await.is_err());
-    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"statusguard_tls_reloads_total{result="success"} 1"#), "{metrics}");
+    assert!(
+        https_client(&first.ca_pem)
+            .get(server.url("/validate"))
+            .send()
+            .await
+            .is_err()
+    );
+    let metrics = plain_client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"statusguard_tls_reloads_total{result="success"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -231,12 +361,27 @@ async fn a_half_written_rotation_keeps_the_old_pair_until_the_key_arrives() {
     std::fs::write(dir.path().join("tls.crt"), &next.cert_pem).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     // The new certificate does not fit the old key: the old pair stays.
-    let response = review_response(&https_client(&first.ca_pem), &server.url("/validate"), &stale_review()).await;
+    let response = review_response(
+        &https_client(&first.ca_pem),
+        &server.url("/validate"),
+        &stale_review(),
+    )
+    .await;
     assert_eq!(response["status"]["code"], 409);
     std::fs::write(dir.path().join("tls.key"), &next.key_pem).unwrap();
     wait_until_served_by(&server, &next.ca_pem).await;
-    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"statusguard_tls_reloads_total{result="error"}"#), "{metrics}");
+    let metrics = plain_client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"statusguard_tls_reloads_total{result="error"}"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -245,9 +390,15 @@ async fn readiness_needs_rules_and_tls() {
     let app = statusguard::server::App::new(metrics, 1024, Duration::from_secs(1));
     let listener = tokio::net::TcpListener::bind(loopback()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(axum::serve(listener, statusguard::server::admin_router(app.clone())).into_future());
+    tokio::spawn(
+        axum::serve(listener, statusguard::server::admin_router(app.clone())).into_future(),
+    );
     let readyz = || async {
-        let r = plain_client().get(format!("http://{addr}/readyz")).send().await.unwrap();
+        let r = plain_client()
+            .get(format!("http://{addr}/readyz"))
+            .send()
+            .await
+            .unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     };
     let (status, body) = readyz().await;
@@ -257,9 +408,16 @@ async fn readiness_needs_rules_and_tls() {
     let (status, body) = readyz().await;
     assert_eq!(status, 503);
     assert!(body.contains("no ownership rules loaded"), "{body}");
-    app.rules.replace(statusguard::ownership::Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP).unwrap());
+    app.rules.replace(
+        statusguard::ownership::Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP)
+            .unwrap(),
+    );
     assert_eq!(readyz().await.0, 200);
-    let health = plain_client().get(format!("http://{addr}/healthz")).send().await.unwrap();
+    let health = plain_client()
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
 }
 
@@ -270,7 +428,14 @@ async fn metrics_name_decisions_violations_and_rules() {
     let mut skipped = stale_review();
     skipped["request"]["resource"]["resource"] = json!("gizmos");
     review_response(&client, &server.url("/validate"), &skipped).await;
-    let metrics = plain_client().get(server.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = plain_client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for expected in [
         r#"statusguard_admission_requests_total{endpoint="validate",group="example.com",resource="widgets",decision="denied"} 1"#,
         r#"statusguard_admission_requests_total{endpoint="validate",group="(unconfigured)",resource="(unconfigured)",decision="skipped"} 1"#,
@@ -296,22 +461,38 @@ async fn a_stuck_client_is_cut_off_and_a_slow_body_gets_408() {
     // Headers that never finish: the connection is closed.
     let tcp = tokio::net::TcpStream::connect(server.tls).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = tls_connector(&certs.ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
-    tls.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let mut tls = tls_connector(&certs.ca_pem, rustls::DEFAULT_VERSIONS)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "the stuck connection was not closed");
 
     // A body that stops half way: 408.
     let body = serde_json::to_vec(&stale_review()).unwrap();
-    let response = split_request(server.tls, &certs.ca_pem, "/validate", &body, tokio::time::sleep(Duration::from_secs(2))).await;
+    let response = split_request(
+        server.tls,
+        &certs.ca_pem,
+        "/validate",
+        &body,
+        tokio::time::sleep(Duration::from_secs(2)),
+    )
+    .await;
     assert!(response.starts_with("HTTP/1.1 408"), "{response}");
 }
 
 // ---- the binary -------------------------------------------------------------
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Process(std::process::Child);
@@ -323,7 +504,10 @@ impl Drop for Process {
 }
 
 fn signal(child: &std::process::Child, name: &str) {
-    let status = Command::new("kill").args([&format!("-{name}"), &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -331,7 +515,13 @@ async fn start_binary(dir: &std::path::Path) -> (Process, u16, u16, String) {
     let (tls, admin) = (free_port(), free_port());
     let ca = dir.join("ca.pem");
     let child = Command::new(env!("CARGO_BIN_EXE_statusguard"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{tls}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{tls}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ])
         .arg("--write-ca")
         .arg(&ca)
         .args(["--log-format", "json"])
@@ -380,15 +570,26 @@ async fn a_second_signal_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut process, tls, _admin, ca_pem) = start_binary(dir.path()).await;
     // An in-flight request that never finishes keeps the drain waiting.
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls)).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls))
+        .await
+        .unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut stuck = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
-    stuck.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{").await.unwrap();
+    let mut stuck = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    stuck
+        .write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .unwrap();
     stuck.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     signal(&process.0, "TERM");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(process.0.try_wait().unwrap().is_none(), "the first signal drains, it does not exit");
+    assert!(
+        process.0.try_wait().unwrap().is_none(),
+        "the first signal drains, it does not exit"
+    );
     signal(&process.0, "INT");
     let mut exited = None;
     for _ in 0..50 {

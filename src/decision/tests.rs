@@ -110,24 +110,56 @@ fn what_is_inspected_and_what_is_skipped() {
     // (what, a change to the review, expected outcome)
     type Change = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, Change, Outcome)> = vec![
-        ("status update of a configured resource", Box::new(|_| {}), Outcome::Denied),
-        ("CREATE", Box::new(|r| r["request"]["operation"] = json!("CREATE")), Outcome::Skipped),
-        ("main resource", Box::new(|r| r["request"]["subResource"] = Value::Null), Outcome::Skipped),
-        ("scale subresource", Box::new(|r| r["request"]["subResource"] = json!("scale")), Outcome::Skipped),
+        (
+            "status update of a configured resource",
+            Box::new(|_| {}),
+            Outcome::Denied,
+        ),
+        (
+            "CREATE",
+            Box::new(|r| r["request"]["operation"] = json!("CREATE")),
+            Outcome::Skipped,
+        ),
+        (
+            "main resource",
+            Box::new(|r| r["request"]["subResource"] = Value::Null),
+            Outcome::Skipped,
+        ),
+        (
+            "scale subresource",
+            Box::new(|r| r["request"]["subResource"] = json!("scale")),
+            Outcome::Skipped,
+        ),
         (
             "unconfigured resource",
             Box::new(|r| r["request"]["resource"]["resource"] = json!("others")),
             Outcome::Skipped,
         ),
-        ("other group", Box::new(|r| r["request"]["resource"]["group"] = json!("x.io")), Outcome::Skipped),
-        ("exempt user", Box::new(|r| r["request"]["userInfo"]["username"] = json!("breakglass")), Outcome::Exempt),
+        (
+            "other group",
+            Box::new(|r| r["request"]["resource"]["group"] = json!("x.io")),
+            Outcome::Skipped,
+        ),
+        (
+            "exempt user",
+            Box::new(|r| r["request"]["userInfo"]["username"] = json!("breakglass")),
+            Outcome::Exempt,
+        ),
         (
             "exempt group",
             Box::new(|r| r["request"]["userInfo"]["groups"] = json!(["system:masters"])),
             Outcome::Exempt,
         ),
-        ("dry run: same decision", Box::new(|r| r["request"]["dryRun"] = json!(true)), Outcome::Denied),
-        ("the owner itself", Box::new(|r| r["request"]["userInfo"]["username"] = json!(CONTROLLER)), Outcome::Denied),
+        (
+            "dry run: same decision",
+            Box::new(|r| r["request"]["dryRun"] = json!(true)),
+            Outcome::Denied,
+        ),
+        (
+            "the owner itself",
+            Box::new(|r| r["request"]["userInfo"]["username"] = json!(CONTROLLER)),
+            Outcome::Denied,
+        ),
     ];
     for (what, change, expected) in cases {
         let mut r = base.clone();
@@ -136,7 +168,10 @@ fn what_is_inspected_and_what_is_skipped() {
         assert_eq!(d.outcome, expected, "{what}");
         assert_eq!(d.response.allowed, expected != Outcome::Denied, "{what}");
         if expected != Outcome::Denied {
-            assert!(d.response.warnings.is_none() && d.response.patch.is_none(), "{what}");
+            assert!(
+                d.response.warnings.is_none() && d.response.patch.is_none(),
+                "{what}"
+            );
         }
     }
 }
@@ -165,8 +200,18 @@ fn an_unlisted_writer_may_change_only_unowned_items() {
 fn field_comparison_rules() {
     // (what, old status, new status, violated?)
     let cases = [
-        ("absent and null are the same", json!({}), json!({"observedGeneration": null}), false),
-        ("null and absent are the same", json!({"observedGeneration": null}), json!({}), false),
+        (
+            "absent and null are the same",
+            json!({}),
+            json!({"observedGeneration": null}),
+            false,
+        ),
+        (
+            "null and absent are the same",
+            json!({"observedGeneration": null}),
+            json!({}),
+            false,
+        ),
         ("added", json!({}), json!({"observedGeneration": 1}), true),
         ("removed", json!({"observedGeneration": 1}), json!({}), true),
         (
@@ -175,18 +220,63 @@ fn field_comparison_rules() {
             json!({"observedGeneration": 9223372036854775806_i64}),
             true,
         ),
-        ("1 is not 1.0", json!({"observedGeneration": 1}), json!({"observedGeneration": 1.0}), true),
-        ("a whole object: child changed", json!({"summary": {"ready": 1}}), json!({"summary": {"ready": 2}}), true),
-        ("a whole object: child added", json!({"summary": {}}), json!({"summary": {"x": {"y": 1}}}), true),
-        ("a whole object: same", json!({"summary": {"a": [1, 2]}}), json!({"summary": {"a": [1, 2]}}), false),
-        ("array order matters in fields", json!({"summary": [1, 2]}), json!({"summary": [2, 1]}), true),
-        ("status removed", json!({"observedGeneration": 1}), Value::Null, true),
-        ("a path segment with / and ~", json!({"a/b~c": 1}), json!({"a/b~c": 2}), true),
-        ("unowned sibling", json!({"other": 1}), json!({"other": 2}), false),
+        (
+            "1 is not 1.0",
+            json!({"observedGeneration": 1}),
+            json!({"observedGeneration": 1.0}),
+            true,
+        ),
+        (
+            "a whole object: child changed",
+            json!({"summary": {"ready": 1}}),
+            json!({"summary": {"ready": 2}}),
+            true,
+        ),
+        (
+            "a whole object: child added",
+            json!({"summary": {}}),
+            json!({"summary": {"x": {"y": 1}}}),
+            true,
+        ),
+        (
+            "a whole object: same",
+            json!({"summary": {"a": [1, 2]}}),
+            json!({"summary": {"a": [1, 2]}}),
+            false,
+        ),
+        (
+            "array order matters in fields",
+            json!({"summary": [1, 2]}),
+            json!({"summary": [2, 1]}),
+            true,
+        ),
+        (
+            "status removed",
+            json!({"observedGeneration": 1}),
+            Value::Null,
+            true,
+        ),
+        (
+            "a path segment with / and ~",
+            json!({"a/b~c": 1}),
+            json!({"a/b~c": 2}),
+            true,
+        ),
+        (
+            "unowned sibling",
+            json!({"other": 1}),
+            json!({"other": 2}),
+            false,
+        ),
     ];
     for (what, old, new, violated) in cases {
         let d = status_decision("enforce", SCALER, old, new, Endpoint::Validate);
-        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
+        assert_eq!(
+            d.outcome == Outcome::Denied,
+            violated,
+            "{what}: {:?}",
+            items(&d)
+        );
     }
 }
 
@@ -195,19 +285,50 @@ fn condition_comparison_rules() {
     let ready = json!({"type": "Ready", "status": "True"});
     let scaled = json!({"type": "Scaled", "status": "True"});
     let cases = [
-        ("order does not matter", json!([ready, scaled]), json!([scaled, ready]), false),
-        ("changed", json!([ready]), json!([{"type": "Ready", "status": "False"}]), true),
+        (
+            "order does not matter",
+            json!([ready, scaled]),
+            json!([scaled, ready]),
+            false,
+        ),
+        (
+            "changed",
+            json!([ready]),
+            json!([{"type": "Ready", "status": "False"}]),
+            true,
+        ),
         ("removed", json!([ready, scaled]), json!([scaled]), true),
         ("added", json!([scaled]), json!([scaled, ready]), true),
         ("duplicated", json!([ready]), json!([ready, ready]), true),
-        ("own condition changed", json!([ready, scaled]), json!([ready, {"type": "Scaled", "status": "False"}]), false),
-        ("unowned condition added", json!([ready]), json!([ready, {"type": "Other"}]), false),
+        (
+            "own condition changed",
+            json!([ready, scaled]),
+            json!([ready, {"type": "Scaled", "status": "False"}]),
+            false,
+        ),
+        (
+            "unowned condition added",
+            json!([ready]),
+            json!([ready, {"type": "Other"}]),
+            false,
+        ),
         ("list removed", json!([ready]), Value::Null, true),
         ("not a list is empty", json!("junk"), json!([]), false),
     ];
     for (what, old, new, violated) in cases {
-        let d = status_decision("enforce", SCALER, json!({"conditions": old}), json!({"conditions": new}), Endpoint::Validate);
-        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
+        let d = status_decision(
+            "enforce",
+            SCALER,
+            json!({"conditions": old}),
+            json!({"conditions": new}),
+            Endpoint::Validate,
+        );
+        assert_eq!(
+            d.outcome == Outcome::Denied,
+            violated,
+            "{what}: {:?}",
+            items(&d)
+        );
     }
 }
 
@@ -226,12 +347,21 @@ fn conditions_live_where_the_resource_says() {
 #[test]
 fn audit_allows_with_a_warning_per_violation_and_annotations() {
     let (old, new) = stale();
-    let d = status_decision("audit", SCALER, old.clone(), new.clone(), Endpoint::Validate);
+    let d = status_decision(
+        "audit",
+        SCALER,
+        old.clone(),
+        new.clone(),
+        Endpoint::Validate,
+    );
     assert_eq!(d.outcome, Outcome::Warned);
     assert!(d.response.allowed);
     let warnings = d.response.warnings.unwrap();
     assert_eq!(warnings.len(), 2);
-    assert!(warnings.iter().all(|w| w.chars().count() <= 120), "{warnings:?}");
+    assert!(
+        warnings.iter().all(|w| w.chars().count() <= 120),
+        "{warnings:?}"
+    );
     assert!(d.response.audit_annotations["violations"].contains("status.observedGeneration"));
     let d = status_decision("audit", SCALER, old, new, Endpoint::Mutate);
     assert!(d.response.allowed && d.response.patch.is_none() && d.response.warnings.is_none());
@@ -267,9 +397,24 @@ fn trim_patch_shapes() {
     // (what, old status, new status, the status after the patch); the
     // scale.* cases are written by the controller, the rest by the scaler.
     let cases = [
-        ("remove what old lacked", json!({}), json!({"observedGeneration": 4}), json!({})),
-        ("add back what was removed", json!({"observedGeneration": 4}), json!({"x": 1}), json!({"x": 1, "observedGeneration": 4})),
-        ("create the status", json!({"observedGeneration": 4}), Value::Null, json!({"observedGeneration": 4})),
+        (
+            "remove what old lacked",
+            json!({}),
+            json!({"observedGeneration": 4}),
+            json!({}),
+        ),
+        (
+            "add back what was removed",
+            json!({"observedGeneration": 4}),
+            json!({"x": 1}),
+            json!({"x": 1, "observedGeneration": 4}),
+        ),
+        (
+            "create the status",
+            json!({"observedGeneration": 4}),
+            Value::Null,
+            json!({"observedGeneration": 4}),
+        ),
         (
             "create parents only where needed",
             json!({"scale": {"lastScaleTime": "t"}}),
@@ -288,7 +433,12 @@ fn trim_patch_shapes() {
             json!({"scale": 7}),
             json!({"scale": {"lastScaleTime": "t"}}),
         ),
-        ("escaped pointer", json!({"a/b~c": 1}), json!({"a/b~c": 2}), json!({"a/b~c": 1})),
+        (
+            "escaped pointer",
+            json!({"a/b~c": 1}),
+            json!({"a/b~c": 2}),
+            json!({"a/b~c": 1}),
+        ),
         (
             "a restored condition keeps its position",
             json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Mine"}]}),
@@ -307,7 +457,12 @@ fn trim_patch_shapes() {
             json!({"conditions": [{"type": "Ready"}, {"type": "X"}]}),
             json!({"conditions": [{"type": "X"}]}),
         ),
-        ("an added list is removed", json!({}), json!({"conditions": [{"type": "Ready"}]}), json!({})),
+        (
+            "an added list is removed",
+            json!({}),
+            json!({"conditions": [{"type": "Ready"}]}),
+            json!({}),
+        ),
         (
             "a removed list comes back",
             json!({"conditions": [{"type": "Ready"}]}),
@@ -316,12 +471,21 @@ fn trim_patch_shapes() {
         ),
     ];
     for (what, old, new, expected) in cases {
-        let writer = if old.get("scale").is_some() { CONTROLLER } else { SCALER };
+        let writer = if old.get("scale").is_some() {
+            CONTROLLER
+        } else {
+            SCALER
+        };
         let d = status_decision("trim", writer, old.clone(), new.clone(), Endpoint::Mutate);
         assert_eq!(d.outcome, Outcome::Trimmed, "{what}");
         let patch = d.response.patch.as_ref().unwrap();
         let trimmed = apply(&new, patch);
-        assert_eq!(trimmed, expected, "{what}: {}", String::from_utf8_lossy(patch));
+        assert_eq!(
+            trimmed,
+            expected,
+            "{what}: {}",
+            String::from_utf8_lossy(patch)
+        );
         let again = status_decision("trim", writer, old, trimmed, Endpoint::Mutate);
         assert_eq!(again.outcome, Outcome::Allowed, "{what}: trimming twice");
     }
@@ -335,10 +499,22 @@ fn deny_message_is_capped() {
         owner_fields.join(", ")
     );
     let rules = Ownership::from_yaml(&text).unwrap();
-    let new: serde_json::Map<String, Value> = owner_fields.iter().map(|f| (f.clone(), json!(1))).collect();
-    let d = decide_json(&rules, &review("x", json!({}), Value::Object(new)), Endpoint::Validate);
+    let new: serde_json::Map<String, Value> =
+        owner_fields.iter().map(|f| (f.clone(), json!(1))).collect();
+    let d = decide_json(
+        &rules,
+        &review("x", json!({}), Value::Object(new)),
+        Endpoint::Validate,
+    );
     assert_eq!(d.violations.len(), 25);
-    assert!(d.response.result.message.ends_with("f09 (owned by owner), and 15 more"), "{}", d.response.result.message);
+    assert!(
+        d.response
+            .result
+            .message
+            .ends_with("f09 (owned by owner), and 15 more"),
+        "{}",
+        d.response.result.message
+    );
 }
 
 #[test]
@@ -348,7 +524,11 @@ fn long_names_keep_warnings_under_120_characters() {
         "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: audit\nresources:\n  - group: example.com\n    resource: widgets\n    writers:\n      - {{user: \"{long}\", fields: [\"{long}\"]}}\n"
     );
     let rules = Ownership::from_yaml(&text).unwrap();
-    let d = decide_json(&rules, &review("x", json!({}), json!({ long.clone(): 1 })), Endpoint::Validate);
+    let d = decide_json(
+        &rules,
+        &review("x", json!({}), json!({ long.clone(): 1 })),
+        Endpoint::Validate,
+    );
     assert_eq!(d.response.warnings.unwrap()[0].chars().count(), 120);
 }
 
@@ -358,7 +538,10 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
     let mut r = review(SCALER, old, new);
     r["request"]["oldObject"] = Value::Null;
     let request = parse_request(&serde_json::to_vec(&r).unwrap()).unwrap();
-    assert!(matches!(decide(&rules("enforce"), &request, Endpoint::Validate), Err(DecisionError::MissingObject("oldObject"))));
+    assert!(matches!(
+        decide(&rules("enforce"), &request, Endpoint::Validate),
+        Err(DecisionError::MissingObject("oldObject"))
+    ));
 }
 
 // ---- invariants -----------------------------------------------------------
@@ -383,7 +566,10 @@ fn small_json() -> impl Strategy<Value = Value> {
 }
 
 fn condition() -> impl Strategy<Value = Value> {
-    (prop::sample::select(vec!["Ready", "Scaled", "Other"]), prop::sample::select(vec!["True", "False"]))
+    (
+        prop::sample::select(vec!["Ready", "Scaled", "Other"]),
+        prop::sample::select(vec!["True", "False"]),
+    )
         .prop_map(|(t, s)| json!({"type": t, "status": s}))
 }
 
@@ -395,7 +581,8 @@ fn status() -> impl Strategy<Value = Value> {
         prop::option::of(prop::collection::vec(condition(), 0..4)),
     )
         .prop_map(|(fields, conditions)| {
-            let mut status: serde_json::Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            let mut status: serde_json::Map<String, Value> =
+                fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
             if let Some(c) = conditions {
                 status.insert("conditions".into(), Value::Array(c));
             }

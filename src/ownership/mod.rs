@@ -177,7 +177,10 @@ impl Ownership {
         if let Ok(cm) = serde_saphyr::from_str::<ConfigMapManifest>(text)
             && cm.kind == "ConfigMap"
         {
-            let inner = cm.data.get(CONFIGMAP_KEY).ok_or(OwnershipError::MissingKey)?;
+            let inner = cm
+                .data
+                .get(CONFIGMAP_KEY)
+                .ok_or(OwnershipError::MissingKey)?;
             return Self::from_yaml(inner);
         }
         Self::from_yaml(text)
@@ -195,15 +198,25 @@ impl Ownership {
     }
 
     pub fn is_exempt(&self, username: &str, groups: &[String]) -> bool {
-        self.exempt_users.contains(username) || groups.iter().any(|g| self.exempt_groups.contains(g))
+        self.exempt_users.contains(username)
+            || groups.iter().any(|g| self.exempt_groups.contains(g))
     }
 
     /// A one-line summary for `check` and logs.
     pub fn summary(&self) -> String {
         let writers: usize = self.resources.iter().map(|r| r.writers.len()).sum();
-        let fields: usize = self.resources.iter().flat_map(|r| &r.writers).map(|w| w.fields.len()).sum();
-        let conditions: usize =
-            self.resources.iter().flat_map(|r| &r.writers).map(|w| w.conditions.len()).sum();
+        let fields: usize = self
+            .resources
+            .iter()
+            .flat_map(|r| &r.writers)
+            .map(|w| w.fields.len())
+            .sum();
+        let conditions: usize = self
+            .resources
+            .iter()
+            .flat_map(|r| &r.writers)
+            .map(|w| w.conditions.len())
+            .sum();
         format!(
             "{} resources, {writers} writers, {fields} fields, {conditions} condition types (default mode {})",
             self.resources.len(),
@@ -230,7 +243,10 @@ impl ResourceRules {
 fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     let mut problems = Vec::new();
     if doc.api_version != API_VERSION {
-        problems.push(format!("apiVersion must be {API_VERSION:?}, not {:?}", doc.api_version));
+        problems.push(format!(
+            "apiVersion must be {API_VERSION:?}, not {:?}",
+            doc.api_version
+        ));
     }
     if doc.kind != KIND {
         problems.push(format!("kind must be {KIND:?}, not {:?}", doc.kind));
@@ -254,11 +270,15 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
             problems.push(format!("{at}: resource must name the plural resource"));
         }
         if r.resource.contains('/') {
-            problems.push(format!("{at}: resource is the plural name only; statusguard always guards its /status"));
+            problems.push(format!(
+                "{at}: resource is the plural name only; statusguard always guards its /status"
+            ));
         }
         let key = (r.group.clone(), r.resource.clone());
         if let Some(&first) = index.get(&key) {
-            problems.push(format!("{at}: the same group/resource as resources[{first}]"));
+            problems.push(format!(
+                "{at}: the same group/resource as resources[{first}]"
+            ));
         }
         if let Some(rules) = compile_resource(r, doc.mode, &at, &mut problems) {
             index.entry(key).or_insert(i);
@@ -298,9 +318,13 @@ fn compile_resource(
         let wat = format!("{at} writers[{j}]");
         let username = match (&w.service_account, &w.user) {
             (Some(sa), None) => match sa.split_once('/') {
-                Some((ns, name)) if is_dns_name(ns) && is_dns_name(name) => service_account_username(ns, name),
+                Some((ns, name)) if is_dns_name(ns) && is_dns_name(name) => {
+                    service_account_username(ns, name)
+                }
                 _ => {
-                    problems.push(format!("{wat}: serviceAccount {sa:?} must be NAMESPACE/NAME"));
+                    problems.push(format!(
+                        "{wat}: serviceAccount {sa:?} must be NAMESPACE/NAME"
+                    ));
                     continue;
                 }
             },
@@ -310,7 +334,9 @@ fn compile_resource(
                 continue;
             }
             _ => {
-                problems.push(format!("{wat}: a writer needs exactly one of serviceAccount or user"));
+                problems.push(format!(
+                    "{wat}: a writer needs exactly one of serviceAccount or user"
+                ));
                 continue;
             }
         };
@@ -367,7 +393,11 @@ fn compile_resource(
                     }
                 }
             }
-            for c in first.conditions.iter().filter(|c| second.conditions.contains(c)) {
+            for c in first
+                .conditions
+                .iter()
+                .filter(|c| second.conditions.contains(c))
+            {
                 problems.push(format!(
                     "{at}: condition type {c} is declared by both {} and {}",
                     first.username, second.username
@@ -404,7 +434,8 @@ pub fn drop_nested(mut paths: Vec<FieldPath>) -> Vec<FieldPath> {
 fn is_dns_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }

@@ -18,7 +18,9 @@ fn the_example_document_is_valid() {
     let rules = Ownership::from_yaml(include_str!("../../examples/ownership.yaml")).unwrap();
     assert_eq!(rules.default_mode, Mode::Enforce);
     let widgets = rules.resource("example.com", "widgets").unwrap();
-    let controller = widgets.writer("system:serviceaccount:platform:widget-controller").unwrap();
+    let controller = widgets
+        .writer("system:serviceaccount:platform:widget-controller")
+        .unwrap();
     assert_eq!(controller.conditions, ["Progressing", "Ready"]);
     assert!(rules.is_exempt("anyone", &["system:masters".to_owned()]));
     assert!(!rules.is_exempt("anyone", &["system:authenticated".to_owned()]));
@@ -59,12 +61,19 @@ fn a_users_and_a_service_accounts_username() {
 
 #[test]
 fn a_path_below_the_writers_own_path_is_dropped_whatever_the_order() {
-    for fields in ["[summary.ready, summary, a.b.c, a.b]", "[summary, a.b, summary.ready, a.b.c]"] {
-        let rules =
-            Ownership::from_yaml(&doc(&format!("  - group: a\n    resource: x\n    writers:\n      - {{user: u, fields: {fields}}}\n")))
-                .unwrap();
-        let fields: Vec<String> =
-            rules.resource("a", "x").unwrap().writers[0].fields.iter().map(ToString::to_string).collect();
+    for fields in [
+        "[summary.ready, summary, a.b.c, a.b]",
+        "[summary, a.b, summary.ready, a.b.c]",
+    ] {
+        let rules = Ownership::from_yaml(&doc(&format!(
+            "  - group: a\n    resource: x\n    writers:\n      - {{user: u, fields: {fields}}}\n"
+        )))
+        .unwrap();
+        let fields: Vec<String> = rules.resource("a", "x").unwrap().writers[0]
+            .fields
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(fields, ["a.b", "summary"]);
     }
 }
@@ -73,43 +82,188 @@ fn a_path_below_the_writers_own_path_is_dropped_whatever_the_order() {
 fn every_broken_rule_is_reported_with_its_location() {
     // (what is broken, the document, a phrase the error must contain)
     let cases: &[(&str, String, &str)] = &[
-        ("wrong apiVersion", "apiVersion: v1\nkind: StatusOwnership\n".into(), "apiVersion must be"),
-        ("wrong kind", "apiVersion: statusguard.dev/v1alpha1\nkind: Ownership\n".into(), "kind must be"),
+        (
+            "wrong apiVersion",
+            "apiVersion: v1\nkind: StatusOwnership\n".into(),
+            "apiVersion must be",
+        ),
+        (
+            "wrong kind",
+            "apiVersion: statusguard.dev/v1alpha1\nkind: Ownership\n".into(),
+            "kind must be",
+        ),
         ("unknown mode", format!("{HEADER}mode: block\n"), "block"),
-        ("unknown top-level key", format!("{HEADER}resorces: []\n"), "resorces"),
-        ("unknown resource key", doc("  - {group: a, resource: x, writer: []}\n"), "writer"),
-        ("unknown writer key", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, feilds: [a]}\n"), "feilds"),
-        ("unknown exempt key", format!("{HEADER}exempt: {{user: [a]}}\n"), "user"),
-        ("empty path", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [\"\"]}\n"), "resources[0] (a/x) writer u: field: the path is empty"),
-        ("leading dot", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [.a]}\n"), "empty segment"),
-        ("trailing dot", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [a.]}\n"), "empty segment"),
-        ("double dot", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [a..b]}\n"), "empty segment"),
-        ("the conditions path", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions]}\n"), "overlaps the conditions list"),
-        ("below the conditions path", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions.x]}\n"), "overlaps the conditions list"),
-        ("containing the conditions path", doc("  - group: a\n    resource: x\n    conditions: health.conditions\n    writers:\n      - {user: u, fields: [health]}\n"), "overlaps the conditions list"),
-        ("bad conditions path", doc("  - {group: a, resource: x, conditions: \"a..b\"}\n"), "resources[0] (a/x): conditions: path \"a..b\" has an empty segment"),
-        ("same field, two writers", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [f]}\n      - {user: v, fields: [f]}\n"), "field f of u and field f of v overlap"),
-        ("nested fields, two writers", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [s.ready]}\n      - {user: v, fields: [s]}\n"), "field s.ready of u and field s of v overlap"),
-        ("same condition, two writers", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [Ready]}\n      - {user: v, conditions: [Ready]}\n"), "condition type Ready is declared by both u and v"),
-        ("both identities", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, serviceAccount: ns/sa}\n"), "resources[0] (a/x) writers[0]: a writer needs exactly one"),
-        ("no identity", doc("  - group: a\n    resource: x\n    writers:\n      - {fields: [f]}\n"), "exactly one of serviceAccount or user"),
-        ("service account without namespace", doc("  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: sa}\n"), "must be NAMESPACE/NAME"),
-        ("service account with bad name", doc("  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/Bad_Name}\n"), "must be NAMESPACE/NAME"),
-        ("empty user", doc("  - group: a\n    resource: x\n    writers:\n      - {user: \"\"}\n"), "user is empty"),
-        ("same writer twice", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [f]}\n      - {user: u, fields: [g]}\n"), "writer u: appears twice"),
-        ("same SA twice, spelled as user", doc("  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/sa}\n      - {user: \"system:serviceaccount:ns:sa\"}\n"), "appears twice"),
-        ("same resource twice", doc("  - {group: a, resource: x}\n  - {group: a, resource: x}\n"), "resources[1] (a/x): the same group/resource as resources[0]"),
-        ("empty resource", doc("  - {group: a, resource: \"\"}\n"), "must name the plural resource"),
-        ("subresource named", doc("  - {group: a, resource: x/status}\n"), "plural name only"),
-        ("empty condition type", doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [\"\"]}\n"), "empty condition type"),
+        (
+            "unknown top-level key",
+            format!("{HEADER}resorces: []\n"),
+            "resorces",
+        ),
+        (
+            "unknown resource key",
+            doc("  - {group: a, resource: x, writer: []}\n"),
+            "writer",
+        ),
+        (
+            "unknown writer key",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, feilds: [a]}\n"),
+            "feilds",
+        ),
+        (
+            "unknown exempt key",
+            format!("{HEADER}exempt: {{user: [a]}}\n"),
+            "user",
+        ),
+        (
+            "empty path",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [\"\"]}\n"),
+            "resources[0] (a/x) writer u: field: the path is empty",
+        ),
+        (
+            "leading dot",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [.a]}\n"),
+            "empty segment",
+        ),
+        (
+            "trailing dot",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [a.]}\n"),
+            "empty segment",
+        ),
+        (
+            "double dot",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [a..b]}\n"),
+            "empty segment",
+        ),
+        (
+            "the conditions path",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions]}\n",
+            ),
+            "overlaps the conditions list",
+        ),
+        (
+            "below the conditions path",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions.x]}\n",
+            ),
+            "overlaps the conditions list",
+        ),
+        (
+            "containing the conditions path",
+            doc(
+                "  - group: a\n    resource: x\n    conditions: health.conditions\n    writers:\n      - {user: u, fields: [health]}\n",
+            ),
+            "overlaps the conditions list",
+        ),
+        (
+            "bad conditions path",
+            doc("  - {group: a, resource: x, conditions: \"a..b\"}\n"),
+            "resources[0] (a/x): conditions: path \"a..b\" has an empty segment",
+        ),
+        (
+            "same field, two writers",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [f]}\n      - {user: v, fields: [f]}\n",
+            ),
+            "field f of u and field f of v overlap",
+        ),
+        (
+            "nested fields, two writers",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [s.ready]}\n      - {user: v, fields: [s]}\n",
+            ),
+            "field s.ready of u and field s of v overlap",
+        ),
+        (
+            "same condition, two writers",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [Ready]}\n      - {user: v, conditions: [Ready]}\n",
+            ),
+            "condition type Ready is declared by both u and v",
+        ),
+        (
+            "both identities",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, serviceAccount: ns/sa}\n",
+            ),
+            "resources[0] (a/x) writers[0]: a writer needs exactly one",
+        ),
+        (
+            "no identity",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {fields: [f]}\n"),
+            "exactly one of serviceAccount or user",
+        ),
+        (
+            "service account without namespace",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: sa}\n"),
+            "must be NAMESPACE/NAME",
+        ),
+        (
+            "service account with bad name",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/Bad_Name}\n",
+            ),
+            "must be NAMESPACE/NAME",
+        ),
+        (
+            "empty user",
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: \"\"}\n"),
+            "user is empty",
+        ),
+        (
+            "same writer twice",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [f]}\n      - {user: u, fields: [g]}\n",
+            ),
+            "writer u: appears twice",
+        ),
+        (
+            "same SA twice, spelled as user",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/sa}\n      - {user: \"system:serviceaccount:ns:sa\"}\n",
+            ),
+            "appears twice",
+        ),
+        (
+            "same resource twice",
+            doc("  - {group: a, resource: x}\n  - {group: a, resource: x}\n"),
+            "resources[1] (a/x): the same group/resource as resources[0]",
+        ),
+        (
+            "empty resource",
+            doc("  - {group: a, resource: \"\"}\n"),
+            "must name the plural resource",
+        ),
+        (
+            "subresource named",
+            doc("  - {group: a, resource: x/status}\n"),
+            "plural name only",
+        ),
+        (
+            "empty condition type",
+            doc(
+                "  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [\"\"]}\n",
+            ),
+            "empty condition type",
+        ),
         ("not YAML", "{{{".into(), "not a valid ownership document"),
-        ("a list, not a document", "- a\n- b\n".into(), "not a valid ownership document"),
-        ("wrong type", format!("{HEADER}resources: 5\n"), "not a valid ownership document"),
+        (
+            "a list, not a document",
+            "- a\n- b\n".into(),
+            "not a valid ownership document",
+        ),
+        (
+            "wrong type",
+            format!("{HEADER}resources: 5\n"),
+            "not a valid ownership document",
+        ),
         ("empty text", "".into(), "not a valid ownership document"),
     ];
     for (what, text, expected) in cases {
         let found = problems(text);
-        assert!(found.iter().any(|p| p.contains(expected)), "{what}: expected {expected:?} in {found:#?}");
+        assert!(
+            found.iter().any(|p| p.contains(expected)),
+            "{what}: expected {expected:?} in {found:#?}"
+        );
     }
 }
 
@@ -124,24 +278,37 @@ fn empty_writers_and_writers_that_own_nothing_are_allowed() {
     let rules =
         Ownership::from_yaml(&doc("  - {group: a, resource: x, writers: []}\n  - group: a\n    resource: y\n    writers:\n      - {user: u}\n"))
             .unwrap();
-    assert_eq!(rules.summary(), "2 resources, 1 writers, 0 fields, 0 condition types (default mode enforce)");
+    assert_eq!(
+        rules.summary(),
+        "2 resources, 1 writers, 0 fields, 0 condition types (default mode enforce)"
+    );
 }
 
 #[test]
 fn a_configmap_manifest_is_read_through_its_key() {
     let inner = include_str!("../../examples/ownership.yaml");
     let indented: String = inner.lines().map(|l| format!("    {l}\n")).collect();
-    let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: statusguard\ndata:\n  ownership.yaml: |\n{indented}");
-    assert_eq!(Ownership::from_document_or_configmap(&cm).unwrap(), Ownership::from_yaml(inner).unwrap());
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: statusguard\ndata:\n  ownership.yaml: |\n{indented}"
+    );
+    assert_eq!(
+        Ownership::from_document_or_configmap(&cm).unwrap(),
+        Ownership::from_yaml(inner).unwrap()
+    );
 
     let missing = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  other: y\n";
-    assert!(matches!(Ownership::from_document_or_configmap(missing), Err(OwnershipError::MissingKey)));
+    assert!(matches!(
+        Ownership::from_document_or_configmap(missing),
+        Err(OwnershipError::MissingKey)
+    ));
 }
 
 #[test]
 fn paths_with_slash_and_tilde_are_accepted() {
-    let rules =
-        Ownership::from_yaml(&doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [\"a/b.c~d\"]}\n")).unwrap();
+    let rules = Ownership::from_yaml(&doc(
+        "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [\"a/b.c~d\"]}\n",
+    ))
+    .unwrap();
     let path = &rules.resource("a", "x").unwrap().writers[0].fields[0];
     assert_eq!(path.status_pointer().as_str(), "/status/a~1b/c~0d");
 }

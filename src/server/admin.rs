@@ -23,18 +23,27 @@ async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
         Ok(()) => {
             // Ready, but say so when the rules in force are older than the source.
             let body = match app.rules.problem() {
-                Some(problem) => format!("ready (rules generation {}; stale: {problem})\n", app.rules.generation()),
+                Some(problem) => format!(
+                    "ready (rules generation {}; stale: {problem})\n",
+                    app.rules.generation()
+                ),
                 None => format!("ready (rules generation {})\n", app.rules.generation()),
             };
             (StatusCode::OK, body)
         }
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         app.metrics.encode(),
     )
 }

@@ -19,13 +19,24 @@ use crate::review::{encode_response, parse_request};
 /// other path 404 (axum's defaults).
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/validate", post(|State(app), req| admit(app, Endpoint::Validate, req)))
-        .route("/mutate", post(|State(app), req| admit(app, Endpoint::Mutate, req)))
+        .route(
+            "/validate",
+            post(|State(app), req| admit(app, Endpoint::Validate, req)),
+        )
+        .route(
+            "/mutate",
+            post(|State(app), req| admit(app, Endpoint::Mutate, req)),
+        )
         .with_state(app)
 }
 
 fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{reason}\n")).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{reason}\n"),
+    )
+        .into_response()
 }
 
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
@@ -48,12 +59,19 @@ async fn read_body(app: &App, body: Body) -> Result<Bytes, Response> {
     let limit = app.max_body_bytes;
     let read = tokio::time::timeout(app.request_timeout, axum::body::to_bytes(body, limit)).await;
     match read {
-        Err(_) => Err(plain(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_length_limit(&e) => {
-            Err(plain(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {limit} bytes")))
-        }
-        Ok(Err(e)) => Err(plain(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
+        Ok(Err(e)) if is_length_limit(&e) => Err(plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over {limit} bytes"),
+        )),
+        Ok(Err(e)) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )),
     }
 }
 
@@ -74,14 +92,30 @@ fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, (Statu
     let bad = |e: &dyn std::fmt::Display| (StatusCode::BAD_REQUEST, e.to_string());
     let request = parse_request(body).map_err(|e| bad(&e))?;
     let Some(rules) = app.rules.current() else {
-        return Err((StatusCode::SERVICE_UNAVAILABLE, "no ownership rules loaded yet".to_owned()));
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no ownership rules loaded yet".to_owned(),
+        ));
     };
     let decision = decide(&rules, &request, endpoint).map_err(|e| bad(&e))?;
     log_decision(endpoint, &request, &decision);
     let (group, resource) = (&request.resource.group, &request.resource.resource);
-    app.metrics.decision(endpoint, &rules, &decision, group, resource, started.elapsed());
-    let body = encode_response(decision.response).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+    app.metrics.decision(
+        endpoint,
+        &rules,
+        &decision,
+        group,
+        resource,
+        started.elapsed(),
+    );
+    let body = encode_response(decision.response)
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 /// One line per decision that denied, trimmed or warned; nothing from the
@@ -91,10 +125,17 @@ fn log_decision(
     request: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
     decision: &Decision,
 ) {
-    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned) {
+    if !matches!(
+        decision.outcome,
+        Outcome::Denied | Outcome::Trimmed | Outcome::Warned
+    ) {
         return;
     }
-    let violated: Vec<String> = decision.violations.iter().map(ToString::to_string).collect();
+    let violated: Vec<String> = decision
+        .violations
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     tracing::info!(
         uid = %request.uid,
         endpoint = endpoint.as_str(),

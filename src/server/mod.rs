@@ -61,15 +61,27 @@ pub struct ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error("cannot write the CA to {path}: {source}")]
-    WriteCa { path: PathBuf, source: std::io::Error },
+    WriteCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot read the ownership document {path}: {source}")]
-    ReadRules { path: PathBuf, source: std::io::Error },
+    ReadRules {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {source}")]
-    Rules { path: String, source: crate::ownership::OwnershipError },
+    Rules {
+        path: String,
+        source: crate::ownership::OwnershipError,
+    },
     #[error("--configmap is not supported yet: use --ownership FILE")]
     ConfigMapNotYet,
 }
@@ -86,7 +98,11 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(metrics: Arc<Metrics>, max_body_bytes: usize, request_timeout: Duration) -> Arc<Self> {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        max_body_bytes: usize,
+        request_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             rules: RuleStore::new(metrics.clone()),
             metrics,
@@ -106,7 +122,11 @@ impl App {
             return Err("TLS is not ready".into());
         }
         if self.rules.current().is_none() {
-            let why = self.rules.problem().map(|p| p.to_string()).unwrap_or_default();
+            let why = self
+                .rules
+                .problem()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
             return Err(format!("no ownership rules loaded: {why}"));
         }
         Ok(())
@@ -140,8 +160,11 @@ impl Server {
                 app.rules.replace(rules);
             }
             RulesSource::File(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ServerError::ReadRules { path: path.clone(), source })?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ServerError::ReadRules {
+                        path: path.clone(),
+                        source,
+                    })?;
                 let rules = parse_rules(&path.display().to_string(), &text)?;
                 tracing::info!(path = %path.display(), summary = %rules.summary(), "ownership rules loaded");
                 app.rules.replace(rules);
@@ -159,10 +182,19 @@ impl Server {
             None => {
                 let generated = tls::generate_certificates(&config.tls_sans)?;
                 let path = std::path::Path::new("generated");
-                let key = tls::certified_key(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes(), path, path)?;
+                let key = tls::certified_key(
+                    generated.cert_pem.as_bytes(),
+                    generated.key_pem.as_bytes(),
+                    path,
+                    path,
+                )?;
                 if let Some(path) = &config.write_ca {
-                    std::fs::write(path, &generated.ca_pem)
-                        .map_err(|source| ServerError::WriteCa { path: path.clone(), source })?;
+                    std::fs::write(path, &generated.ca_pem).map_err(|source| {
+                        ServerError::WriteCa {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
                     tracing::info!(path = %path.display(), "wrote the CA that verifies the generated certificate");
                 }
                 tracing::info!(sans = ?config.tls_sans, "no --tls-cert/--tls-key: serving a certificate generated at start for localhost, 127.0.0.1, ::1 and --tls-san");
@@ -172,12 +204,21 @@ impl Server {
         let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
 
         let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind { addr, source })
         };
         let tls_listener = bind(config.listen).await?;
         let admin_listener = bind(config.admin_listen).await?;
         app.set_tls_ready();
-        Ok(Self { app, config, tls_listener, admin_listener, acceptor, cert_watch })
+        Ok(Self {
+            app,
+            config,
+            tls_listener,
+            admin_listener,
+            acceptor,
+            cert_watch,
+        })
     }
 
     pub fn tls_addr(&self) -> SocketAddr {
@@ -185,7 +226,9 @@ impl Server {
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_listener.local_addr().unwrap_or(self.config.admin_listen)
+        self.admin_listener
+            .local_addr()
+            .unwrap_or(self.config.admin_listen)
     }
 
     pub fn app(&self) -> Arc<App> {
@@ -196,14 +239,25 @@ impl Server {
     /// connection is accepted, and in-flight requests finish (up to the
     /// shutdown timeout) before this returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Server { app, config, tls_listener, admin_listener, acceptor, cert_watch } = self;
+        let Server {
+            app,
+            config,
+            tls_listener,
+            admin_listener,
+            acceptor,
+            cert_watch,
+        } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
 
         let mut background = tokio::task::JoinSet::new();
         if let Some((files, resolver, loaded)) = cert_watch {
             let metrics = app.metrics.clone();
-            background.spawn(files.watch(resolver, loaded, config.tls_reload_interval, move |r| metrics.tls_reload(r.is_ok())));
+            background.spawn(
+                files.watch(resolver, loaded, config.tls_reload_interval, move |r| {
+                    metrics.tls_reload(r.is_ok())
+                }),
+            );
         }
         let admin = admin::router(app.clone());
         background.spawn(async move {
@@ -214,7 +268,10 @@ impl Server {
 
         let service = TowerToHyperService::new(admission::router(app.clone()));
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(config.header_read_timeout);
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout);
         builder.http2().timer(TokioTimer::new());
         let builder = Arc::new(builder);
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -241,7 +298,8 @@ impl Server {
             tokio::spawn(async move {
                 // Plain HTTP, a stalled client or a bad certificate request
                 // ends here, before any HTTP is read: never answered.
-                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await
+                {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -262,7 +320,10 @@ impl Server {
         app.shutting_down.store(true, Ordering::SeqCst);
         drop(tls_listener);
         tracing::info!("shutting down: readiness is 503, draining in-flight requests");
-        if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown()).await.is_err() {
+        if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
             tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight requests did not finish in time");
         }
         background.shutdown().await;
@@ -271,7 +332,10 @@ impl Server {
 }
 
 fn parse_rules(origin: &str, text: &str) -> Result<Ownership, ServerError> {
-    Ownership::from_yaml(text).map_err(|source| ServerError::Rules { path: origin.to_owned(), source })
+    Ownership::from_yaml(text).map_err(|source| ServerError::Rules {
+        path: origin.to_owned(),
+        source,
+    })
 }
 
 /// Resolves at the first SIGTERM or SIGINT; a second one exits at once.

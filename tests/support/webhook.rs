@@ -52,7 +52,13 @@ impl RunningServer {
         let done = tokio::spawn(server.run(async {
             let _ = stopped.await;
         }));
-        Self { tls, admin, app, stop: Some(stop), done: Some(done) }
+        Self {
+            tls,
+            admin,
+            app,
+            stop: Some(stop),
+            done: Some(done),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -86,7 +92,10 @@ pub fn write_pair(dir: &Path) -> GeneratedCertificates {
 }
 
 pub fn files(dir: &Path) -> CertFiles {
-    CertFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+    CertFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    }
 }
 
 /// An HTTPS client that trusts only `ca_pem`.
@@ -100,10 +109,16 @@ pub fn https_client(ca_pem: &str) -> reqwest::Client {
 }
 
 pub fn plain_client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap()
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
 }
 
-pub fn tls_connector(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
+pub fn tls_connector(
+    ca_pem: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -127,7 +142,10 @@ pub async fn split_request(
 ) -> String {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = tls_connector(ca_pem, rustls::DEFAULT_VERSIONS).connect(name, tcp).await.unwrap();
+    let mut tls = tls_connector(ca_pem, rustls::DEFAULT_VERSIONS)
+        .connect(name, tcp)
+        .await
+        .unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
@@ -145,7 +163,9 @@ pub async fn split_request(
 }
 
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
 }
 
 /// Polls `check` every 100 ms until it returns true, for at most `limit`.
@@ -156,7 +176,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + limit;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test of statusguard: unit, property, HTTP and end-to-end tests
+# against a real kube-apiserver and etcd.
+#
+# The first run builds kube-apiserver, etcd and helm from pinned Go modules
+# (tests/cluster/build.sh; 5-20 minutes on 2 cores, cached afterwards).
+# Extra arguments go to `cargo test`, e.g. `tests/run.sh --test e2e_rollback`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+STATUSGUARD_TEST_ASSETS=$(tests/cluster/build.sh --print)
+export STATUSGUARD_TEST_ASSETS
+echo "tests/run.sh: control-plane binaries in $STATUSGUARD_TEST_ASSETS" >&2
+
+cargo test --locked "$@"

@@ -1,0 +1,289 @@
+//! The shared-status scenario on the real control plane: a Widget written
+//! by two ServiceAccounts, `platform/widget-controller` and
+//! `platform/widget-scaler`, and statusguard registered by URL.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::Request;
+use serde_json::{Value, json};
+
+use super::cluster::{self, Cluster};
+use super::webhook::RunningServer;
+
+pub const CONTROLLER: (&str, &str) = ("platform", "widget-controller");
+pub const SCALER: (&str, &str) = ("platform", "widget-scaler");
+
+/// One test's share of the cluster: its own namespace, labelled so that only
+/// its own webhook configurations apply to it.
+pub struct Scenario {
+    pub cluster: &'static Cluster,
+    pub admin: Client,
+    pub controller: Client,
+    pub scaler: Client,
+    pub namespace: String,
+}
+
+impl Scenario {
+    pub async fn new(test: &str) -> Self {
+        let cluster = Cluster::shared();
+        let admin = cluster.admin().await;
+        cluster::install_widget_crd(&admin).await;
+        cluster::namespace(&admin, "platform", json!({})).await;
+        for (ns, name) in [CONTROLLER, SCALER] {
+            cluster::service_account(&admin, ns, name).await;
+        }
+        cluster::grant_widget_writers(&admin, &[CONTROLLER, SCALER]).await;
+        cluster::namespace(&admin, test, json!({"statusguard-test": test})).await;
+        let controller = cluster
+            .service_account_client(CONTROLLER.0, CONTROLLER.1)
+            .await;
+        let scaler = cluster.service_account_client(SCALER.0, SCALER.1).await;
+        Self {
+            cluster,
+            admin,
+            controller,
+            scaler,
+            namespace: test.to_owned(),
+        }
+    }
+
+    fn base_path(&self) -> String {
+        format!("/apis/example.com/v1/namespaces/{}/widgets", self.namespace)
+    }
+
+    /// Creates a Widget with a status written by the admin (exempt).
+    pub async fn create_widget(&self, name: &str, status: Value) -> Value {
+        let api = cluster::widgets(&self.admin, &self.namespace);
+        let object = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": {"size": 3}
+        }))
+        .unwrap();
+        let created = api.create(&PostParams::default(), &object).await.unwrap();
+        let mut with_status = serde_json::to_value(&created).unwrap();
+        with_status["status"] = status;
+        let written = put_status(&self.admin, &self.base_path(), &with_status).await;
+        assert_eq!(written.code, 200, "{:?}", written.body);
+        written.body
+    }
+
+    pub async fn get(&self, client: &Client, name: &str) -> Value {
+        let api = cluster::widgets(client, &self.namespace);
+        serde_json::to_value(api.get(name).await.unwrap()).unwrap()
+    }
+
+    /// A full Update of the status subresource (what `replace_status` sends).
+    pub async fn put_status(&self, client: &Client, object: &Value) -> Written {
+        put_status(client, &self.base_path(), object).await
+    }
+
+    pub async fn merge_patch_status(&self, client: &Client, name: &str, patch: Value) -> Written {
+        let request = Request::new(self.base_path())
+            .patch_subresource(
+                "status",
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .unwrap();
+        send(client, request).await
+    }
+
+    pub async fn apply_status(
+        &self,
+        client: &Client,
+        manager: &str,
+        name: &str,
+        status: Value,
+    ) -> Written {
+        let body = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "status": status});
+        let request = Request::new(self.base_path())
+            .patch_subresource(
+                "status",
+                name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(body),
+            )
+            .unwrap();
+        send(client, request).await
+    }
+
+    /// The bug: the scaler read the widget, then the controller wrote
+    /// `observedGeneration: 2`; the scaler's full update conflicts, it
+    /// refreshes only the resourceVersion and retries its stale copy with
+    /// `replicas: 5`. Returns the retry's answer.
+    pub async fn stale_retry(&self, name: &str) -> Written {
+        let mut stale = self.get(&self.scaler, name).await;
+
+        let mut fresh = self.get(&self.controller, name).await;
+        fresh["status"]["observedGeneration"] = json!(2);
+        let written = self.put_status(&self.controller, &fresh).await;
+        assert_eq!(
+            written.code, 200,
+            "the controller's write: {:?}",
+            written.body
+        );
+
+        stale["status"]["replicas"] = json!(5);
+        let first = self.put_status(&self.scaler, &stale).await;
+        assert_eq!(
+            first.code, 409,
+            "the stale write conflicts: {:?}",
+            first.body
+        );
+
+        let latest = self.get(&self.scaler, name).await;
+        stale["metadata"]["resourceVersion"] = latest["metadata"]["resourceVersion"].clone();
+        self.put_status(&self.scaler, &stale).await
+    }
+
+    /// Registers statusguard for this test's namespace; `mutate` adds the
+    /// mutating webhook (trim mode). Waits until the API server really calls it.
+    pub async fn register(&self, server: &RunningServer, ca_pem: &str, mutate: bool) {
+        let webhook = |path: &str| {
+            json!({
+                "name": format!("{}.statusguard.dev", path),
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{}/{path}", server.tls.port()),
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                },
+                "rules": [{"apiGroups": ["example.com"], "apiVersions": ["*"], "resources": ["widgets/status"],
+                           "operations": ["UPDATE"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"statusguard-test": self.namespace}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "timeoutSeconds": 5,
+            })
+        };
+        let name = format!("statusguard-{}", self.namespace);
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.admin.clone());
+        cluster::ensure_json(
+            &validating,
+            json!({"metadata": {"name": name}, "webhooks": [webhook("validate")]}),
+        )
+        .await;
+        if mutate {
+            let mut hook = webhook("mutate");
+            hook["reinvocationPolicy"] = json!("IfNeeded");
+            let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.admin.clone());
+            cluster::ensure_json(
+                &mutating,
+                json!({"metadata": {"name": name}, "webhooks": [hook]}),
+            )
+            .await;
+        }
+
+        // A dry-run status write by the (exempt) admin reaches the webhook
+        // once the API server has loaded the configuration.
+        let probe = self.create_widget("webhook-probe", json!({})).await;
+        let wanted: &[&str] = if mutate {
+            &["endpoint=\"validate\"", "endpoint=\"mutate\""]
+        } else {
+            &["endpoint=\"validate\""]
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let object = self.get(&self.admin, "webhook-probe").await;
+            let request = Request::new(self.base_path())
+                .replace_subresource(
+                    "status",
+                    probe["metadata"]["name"].as_str().unwrap(),
+                    &PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                    serde_json::to_vec(&object).unwrap(),
+                )
+                .unwrap();
+            let _ = send(&self.admin, request).await;
+            let metrics = server.app.metrics.encode();
+            if wanted.iter().all(|w| {
+                metrics
+                    .lines()
+                    .any(|l| l.starts_with("statusguard_admission_requests_total") && l.contains(w))
+            }) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the API server never called the webhook:\n{metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn unregister(&self) {
+        let name = format!("statusguard-{}", self.namespace);
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.admin.clone());
+        let _ = validating.delete(&name, &DeleteParams::default()).await;
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.admin.clone());
+        let _ = mutating.delete(&name, &DeleteParams::default()).await;
+    }
+}
+
+/// An API answer: status code, the `Warning` headers, and the body.
+#[derive(Debug)]
+pub struct Written {
+    pub code: u16,
+    pub warnings: Vec<String>,
+    pub body: Value,
+}
+
+impl Written {
+    pub fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or_default()
+    }
+}
+
+pub async fn put_status(client: &Client, base: &str, object: &Value) -> Written {
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let request = Request::new(base)
+        .replace_subresource(
+            "status",
+            &name,
+            &PostParams::default(),
+            serde_json::to_vec(object).unwrap(),
+        )
+        .unwrap();
+    send(client, request).await
+}
+
+pub async fn send(client: &Client, request: http::Request<Vec<u8>>) -> Written {
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Written {
+        code,
+        warnings,
+        body,
+    }
+}
+
+pub fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
