@@ -189,7 +189,7 @@ pub fn decide(
             decision(Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
-            let patch = restoring_patch(resource_rules, &violations, &old.data, &new.data)?;
+            let patch = restoring_patch(resource_rules, &violations, old.data.get("status"), new.data.get("status"))?;
             let mut response = allow
                 .with_patch(patch)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
@@ -306,16 +306,18 @@ fn warning(verb: &str, violation: &Violation) -> String {
     }
 }
 
-/// The JSON Patch that restores every violated item of `new` to its value in
-/// `old`, leaving the writer's own and unowned changes alone.
+/// The JSON Patch (paths from the object's root) that restores every violated
+/// item of the new status to its value in the old one, leaving the writer's
+/// own and unowned changes alone.
 pub fn restoring_patch(
     rules: &ResourceRules,
     violations: &[Violation],
-    old: &Value,
-    new: &Value,
+    old_status: Option<&Value>,
+    new_status: Option<&Value>,
 ) -> Result<Patch, DecisionError> {
-    let old_status = old.get("status");
-    let mut work = new.clone();
+    // Only the status is copied to work on: the rest of a large object is
+    // never touched by the patch.
+    let mut work = serde_json::json!({ "status": new_status.cloned().unwrap_or(Value::Null) });
     let mut ops = Vec::new();
     let mut violated_types = BTreeSet::new();
     for violation in violations {
