@@ -2,6 +2,8 @@
 //! decide, encode), on a 16 KiB Widget with 4 writers.
 //!
 //!     cargo bench --bench decision
+// A benchmark's fixtures are its own; a broken one should stop it loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 
@@ -15,7 +17,11 @@ fn benches(c: &mut Criterion) {
     let rules = Ownership::from_yaml(common::OWNERSHIP).expect("the benchmark rules are valid");
     let stale = serde_json::to_vec(&common::review(true)).expect("serializable");
     let own = serde_json::to_vec(&common::review(false)).expect("serializable");
-    eprintln!("review size: {} bytes (two objects of about {} KiB)", stale.len(), stale.len() / 2048);
+    eprintln!(
+        "review size: {} bytes (two objects of about {} KiB)",
+        stale.len(),
+        stale.len() / 2048
+    );
     let stale_request = parse_request(&stale).expect("a valid review");
     let own_request = parse_request(&own).expect("a valid review");
 

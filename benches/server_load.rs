@@ -5,6 +5,8 @@
 //!
 //!     cargo bench --bench server_load
 //!     LOAD_SECONDS=20 LOAD_CONNECTIONS=8 LOAD_ENDPOINT=validate cargo bench --bench server_load
+// A benchmark's fixtures are its own; a broken one should stop it loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 
@@ -45,7 +47,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         rules: RulesSource::File(dir.path().join("ownership.yaml")),
         listen: loopback,
         admin_listen: loopback,
-        tls_files: Some(CertFiles { cert: dir.path().join("tls.crt"), key: dir.path().join("tls.key") }),
+        tls_files: Some(CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        }),
         tls_reload_interval: Duration::from_secs(2),
         write_ca: None,
         tls_sans: vec![],
@@ -80,7 +85,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut errors = 0u64;
             while Instant::now() < deadline {
                 let sent = Instant::now();
-                let ok = match client.post(&url).header("content-type", "application/json").body(body.clone()).send().await {
+                let ok = match client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                {
                     Ok(r) if r.status() == 200 => r.bytes().await.is_ok(),
                     _ => false,
                 };

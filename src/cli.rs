@@ -35,12 +35,7 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `statusguard=debug`.
-    #[arg(
-        long,
-        global = true,
-        default_value = "info",
-        env = "STATUSGUARD_LOG_LEVEL"
-    )]
+    #[arg(long, global = true, default_value = "info", env = "STATUSGUARD_LOG_LEVEL")]
     pub log_level: String,
 }
 
@@ -115,10 +110,15 @@ pub struct TlsArgs {
 }
 
 #[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
 pub struct CheckArgs {
     /// The ownership document, or a ConfigMap manifest with key `ownership.yaml`.
     #[arg(env = "STATUSGUARD_CHECK_FILE")]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+    /// Check the live ConfigMap NAMESPACE/NAME instead, as the server would
+    /// read it (in-cluster config, or KUBECONFIG).
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP", value_parser = parse_namespaced)]
+    pub configmap: Option<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -127,12 +127,7 @@ pub struct ReviewArgs {
     #[arg(long, env = "STATUSGUARD_OWNERSHIP")]
     pub ownership: PathBuf,
     /// Which endpoint to answer as.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "validate",
-        env = "STATUSGUARD_ENDPOINT"
-    )]
+    #[arg(long, value_enum, default_value = "validate", env = "STATUSGUARD_ENDPOINT")]
     pub endpoint: EndpointArg,
     /// An AdmissionReview (admission.k8s.io/v1) as JSON; `-` reads standard input.
     pub review: PathBuf,
@@ -192,8 +187,8 @@ impl ServeArgs {
 
 /// Sets up logging to stderr in the chosen format.
 pub fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -211,7 +206,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             server.run(shutdown_signal()).await;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check(args) => Ok(check(&args)),
+        Command::Check(args) => Ok(check(&args).await),
         Command::Review(args) => Ok(review(&args)),
         Command::GenCerts(args) => {
             let certs = generate_certificates(&args.tls_sans)?;
@@ -223,54 +218,70 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("tls.key", &certs.key_pem),
             ] {
                 let path = args.out_dir.join(name);
-                std::fs::write(&path, pem)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
+                std::fs::write(&path, pem).with_context(|| format!("cannot write {}", path.display()))?;
             }
-            println!(
-                "wrote ca.crt, tls.crt and tls.key to {}",
+            print_out(&format!(
+                "wrote ca.crt, tls.crt and tls.key to {}\n",
                 args.out_dir.display()
-            );
+            ));
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn check(args: &CheckArgs) -> ExitCode {
-    let text = match std::fs::read_to_string(&args.file) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!(
-                "statusguard check: cannot read {}: {e}",
-                args.file.display()
-            );
-            return ExitCode::from(1);
+async fn check(args: &CheckArgs) -> ExitCode {
+    let (origin, checked) = match (&args.file, &args.configmap) {
+        (Some(file), _) => {
+            let origin = file.display().to_string();
+            match std::fs::read_to_string(file) {
+                Ok(text) => (
+                    origin,
+                    Ownership::from_document_or_configmap(&text).map_err(|e| e.problems()),
+                ),
+                Err(e) => (origin, Err(vec![format!("cannot read: {e}")])),
+            }
         }
+        (None, Some((namespace, name))) => {
+            let origin = format!("ConfigMap {namespace}/{name}");
+            let checked = match kube::Client::try_default().await {
+                Ok(client) => crate::configmap::fetch_ownership(client, namespace, name)
+                    .await
+                    .map_err(|e| match e {
+                        crate::configmap::ConfigMapError::Invalid { source, .. } => source.problems(),
+                        other => vec![other.to_string()],
+                    }),
+                Err(e) => Err(vec![format!("cannot reach the Kubernetes API: {e}")]),
+            };
+            (origin, checked)
+        }
+        (None, None) => unreachable_by_clap(),
     };
-    match Ownership::from_document_or_configmap(&text) {
+    match checked {
         Ok(rules) => {
-            println!("{}: valid: {}", args.file.display(), rules.summary());
+            let mut text = format!("{origin}: valid: {}\n", rules.summary());
             for r in rules.resources() {
-                println!(
-                    "  {} (mode {}, conditions at status.{})",
+                text += &format!(
+                    "  {} (mode {}, conditions at status.{})\n",
                     r.name(),
                     r.mode,
                     r.conditions_path
                 );
                 for w in &r.writers {
                     let fields: Vec<String> = w.fields.iter().map(ToString::to_string).collect();
-                    println!(
-                        "    {}: fields [{}], conditions [{}]",
+                    text += &format!(
+                        "    {}: fields [{}], conditions [{}]\n",
                         w.username,
                         fields.join(", "),
                         w.conditions.join(", ")
                     );
                 }
             }
+            print_out(&text);
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("{}: invalid:", args.file.display());
-            for problem in e.problems() {
+        Err(problems) => {
+            eprintln!("{origin}: invalid:");
+            for problem in problems {
                 eprintln!("  - {problem}");
             }
             ExitCode::from(1)
@@ -278,10 +289,22 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
 }
 
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn print_out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// clap's argument group requires exactly one of FILE and --configmap.
+fn unreachable_by_clap() -> ! {
+    eprintln!("statusguard check: give FILE or --configmap NAMESPACE/NAME");
+    std::process::exit(2)
+}
+
 fn review(args: &ReviewArgs) -> ExitCode {
     match answer_review(args) {
         Ok(json) => {
-            println!("{json}");
+            print_out(&format!("{json}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -294,8 +317,7 @@ fn review(args: &ReviewArgs) -> ExitCode {
 fn answer_review(args: &ReviewArgs) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.ownership)
         .with_context(|| format!("cannot read {}", args.ownership.display()))?;
-    let rules = Ownership::from_document_or_configmap(&text)
-        .with_context(|| args.ownership.display().to_string())?;
+    let rules = Ownership::from_document_or_configmap(&text).with_context(|| args.ownership.display().to_string())?;
     let body = if args.review.as_os_str() == "-" {
         let mut body = Vec::new();
         std::io::stdin()
@@ -303,8 +325,7 @@ fn answer_review(args: &ReviewArgs) -> anyhow::Result<String> {
             .context("cannot read standard input")?;
         body
     } else {
-        std::fs::read(&args.review)
-            .with_context(|| format!("cannot read {}", args.review.display()))?
+        std::fs::read(&args.review).with_context(|| format!("cannot read {}", args.review.display()))?
     };
     let request = parse_request(&body)?;
     let endpoint = match args.endpoint {

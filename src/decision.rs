@@ -131,12 +131,7 @@ pub fn decide(
     let allow = AdmissionResponse::from(request);
 
     let resource_rules = match rules.resource(&request.resource.group, &request.resource.resource) {
-        Some(r)
-            if request.operation == Operation::Update
-                && request.sub_resource.as_deref() == Some("status") =>
-        {
-            r
-        }
+        Some(r) if request.operation == Operation::Update && request.sub_resource.as_deref() == Some("status") => r,
         _ => return Ok(decision(Outcome::Skipped, vec![], allow)),
     };
     let groups = request.user_info.groups.as_deref().unwrap_or_default();
@@ -153,16 +148,8 @@ pub fn decide(
         .old_object
         .as_ref()
         .ok_or(DecisionError::MissingObject("oldObject"))?;
-    let new = request
-        .object
-        .as_ref()
-        .ok_or(DecisionError::MissingObject("object"))?;
-    let violations = find_violations(
-        resource_rules,
-        &writer,
-        old.data.get("status"),
-        new.data.get("status"),
-    );
+    let new = request.object.as_ref().ok_or(DecisionError::MissingObject("object"))?;
+    let violations = find_violations(resource_rules, &writer, old.data.get("status"), new.data.get("status"));
     if violations.is_empty() {
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
@@ -183,13 +170,16 @@ pub fn decide(
                     .collect::<Vec<_>>()
                     .join("; "),
             );
-            response
-                .audit_annotations
-                .insert("writer".to_owned(), writer.clone());
+            response.audit_annotations.insert("writer".to_owned(), writer.clone());
             decision(Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
-            let patch = restoring_patch(resource_rules, &violations, old.data.get("status"), new.data.get("status"))?;
+            let patch = restoring_patch(
+                resource_rules,
+                &violations,
+                old.data.get("status"),
+                new.data.get("status"),
+            )?;
             let mut response = allow
                 .with_patch(patch)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
@@ -245,9 +235,7 @@ fn condition_type(item: &Value) -> Option<&str> {
 }
 
 fn of_type<'a>(list: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    list.iter()
-        .filter(|c| condition_type(c) == Some(ty))
-        .collect()
+    list.iter().filter(|c| condition_type(c) == Some(ty)).collect()
 }
 
 /// Equal as multisets: the order of the conditions list does not matter.
@@ -256,21 +244,16 @@ fn same_items(a: &[&Value], b: &[&Value]) -> bool {
         return false;
     }
     let mut used = vec![false; b.len()];
-    a.iter()
-        .all(|x| match (0..b.len()).find(|&i| !used[i] && b[i] == *x) {
-            Some(i) => {
-                used[i] = true;
-                true
-            }
-            None => false,
-        })
+    a.iter().all(|x| match (0..b.len()).find(|&i| !used[i] && b[i] == *x) {
+        Some(i) => {
+            used[i] = true;
+            true
+        }
+        None => false,
+    })
 }
 
-fn deny_conflict(
-    allow: AdmissionResponse,
-    writer: &str,
-    violations: &[Violation],
-) -> AdmissionResponse {
+fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation]) -> AdmissionResponse {
     let mut listed: Vec<String> = violations
         .iter()
         .take(MESSAGE_ITEMS)
@@ -293,10 +276,7 @@ fn deny_conflict(
 }
 
 fn warning(verb: &str, violation: &Violation) -> String {
-    let text = format!(
-        "statusguard {verb} {}, owned by {}",
-        violation.item, violation.owner
-    );
+    let text = format!("statusguard {verb} {}, owned by {}", violation.item, violation.owner);
     if text.chars().count() <= WARNING_CHARS {
         text
     } else {
@@ -322,9 +302,7 @@ pub fn restoring_patch(
     let mut violated_types = BTreeSet::new();
     for violation in violations {
         match &violation.item {
-            Item::Field(path) => {
-                restore(&mut work, path.segments(), path.get(old_status), &mut ops)?
-            }
+            Item::Field(path) => restore(&mut work, path.segments(), path.get(old_status), &mut ops)?,
             Item::Condition(ty) => {
                 violated_types.insert(ty.as_str());
             }
@@ -335,14 +313,8 @@ pub fn restoring_patch(
         let restored = restored_conditions(current, conditions(rules, old_status), &violated_types);
         if restored != current {
             let old_list = rules.conditions_path.get(old_status);
-            let value =
-                (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
-            restore(
-                &mut work,
-                rules.conditions_path.segments(),
-                value.as_ref(),
-                &mut ops,
-            )?;
+            let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
+            restore(&mut work, rules.conditions_path.segments(), value.as_ref(), &mut ops)?;
         }
     }
     Ok(Patch(ops))
@@ -421,8 +393,7 @@ fn restore(
             })
         }
     };
-    json_patch::patch(work, std::slice::from_ref(&op))
-        .map_err(|e| DecisionError::Patch(e.to_string()))?;
+    json_patch::patch(work, std::slice::from_ref(&op)).map_err(|e| DecisionError::Patch(e.to_string()))?;
     ops.push(op);
     Ok(())
 }

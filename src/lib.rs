@@ -10,6 +10,9 @@ pub mod decision;
 pub mod ownership;
 pub mod review;
 
+#[cfg(feature = "client")]
+pub mod configmap;
+
 #[cfg(feature = "server")]
 pub mod cli;
 #[cfg(feature = "server")]

@@ -200,9 +200,7 @@ impl Metrics {
     /// The source changed but could not be used; the rules in force stay.
     pub fn rules_rejected(&self, result: &'static str) {
         self.rules_stale.set(1);
-        self.config_reloads
-            .get_or_create(&ResultLabels { result })
-            .inc();
+        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub fn tls_reload(&self, ok: bool) {

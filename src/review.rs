@@ -3,9 +3,7 @@
 
 use base64::Engine as _;
 use kube::core::DynamicObject;
-use kube::core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND,
-};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND};
 use serde_json::Value;
 
 /// Why a body is not an admission review statusguard can answer.
@@ -15,9 +13,7 @@ pub enum ReviewError {
     Json(serde_json::Error),
     #[error("not an AdmissionReview: {0}")]
     NotAReview(serde_json::Error),
-    #[error(
-        "unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}"
-    )]
+    #[error("unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}")]
     Version { api_version: String, kind: String },
     #[error("the AdmissionReview has no request")]
     NoRequest,

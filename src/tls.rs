@@ -24,10 +24,7 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: no PEM certificate found")]
     NoCertificate { path: PathBuf },
     #[error("{path}: {message}")]
@@ -51,10 +48,7 @@ pub struct GeneratedCertificates {
 /// Makes a development CA and a serving certificate for localhost,
 /// 127.0.0.1, ::1 and every name in `extra_sans` (DNS names or IPs).
 pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertificates, TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
 
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params
@@ -79,14 +73,9 @@ pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertifica
             Err(_) => rcgen::SanType::DnsName(san.clone().try_into()?),
         });
     }
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "statusguard");
+    params.distinguished_name.push(DnType::CommonName, "statusguard");
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca)?;
     Ok(GeneratedCertificates {
@@ -143,9 +132,7 @@ impl ResolvesServerCert for SwappableCert {
 }
 
 /// The rustls server configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1.
-pub fn server_config(
-    resolver: Arc<dyn ResolvesServerCert>,
-) -> Result<rustls::ServerConfig, TlsError> {
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<rustls::ServerConfig, TlsError> {
     let mut config = rustls::ServerConfig::builder_with_provider(crypto_provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -183,10 +170,7 @@ impl CertFiles {
     /// Loads the pair once, for start-up.
     pub fn load(&self) -> Result<(CertifiedKey, PemPair), TlsError> {
         let bytes = self.read()?;
-        Ok((
-            certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?,
-            bytes,
-        ))
+        Ok((certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?, bytes))
     }
 
     /// Polls the files until the process ends, swapping in each new valid pair.

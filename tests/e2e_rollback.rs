@@ -18,20 +18,16 @@ fn initial_status() -> Value {
 async fn guard(s: &Scenario, mode: &str) -> (RunningServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
-    let example = include_str!("../examples/ownership.yaml")
-        .replace("mode: enforce", &format!("mode: {mode}"));
+    let example = include_str!("../examples/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
     let rules = dir.path().join("ownership.yaml");
     std::fs::write(&rules, example).unwrap();
-    let server =
-        RunningServer::start(config(RulesSource::File(rules), Some(files(dir.path())))).await;
+    let server = RunningServer::start(config(RulesSource::File(rules), Some(files(dir.path())))).await;
     s.register(&server, &certs.ca_pem, mode == "trim").await;
     (server, dir)
 }
 
 fn has_statusguard_warning(w: &Written, item: &str) -> bool {
-    w.warnings
-        .iter()
-        .any(|h| h.contains("statusguard") && h.contains(item))
+    w.warnings.iter().any(|h| h.contains("statusguard") && h.contains(item))
 }
 
 #[tokio::test]
@@ -58,9 +54,9 @@ async fn enforce_denies_the_stale_retry_with_409_naming_the_field_and_its_owner(
     assert_eq!(retry.code, 409, "{:?}", retry.body);
     assert_eq!(retry.body["reason"], "Conflict");
     assert!(
-        retry.message().contains(
-            "status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"
-        ),
+        retry
+            .message()
+            .contains("status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"),
         "{}",
         retry.message()
     );
@@ -111,10 +107,7 @@ async fn trim_keeps_the_controllers_value_stores_the_scalers_change_and_warns() 
         stored["status"]["observedGeneration"], 2,
         "trimmed back to the controller's value"
     );
-    assert_eq!(
-        stored["status"]["replicas"], 5,
-        "the scaler's own change is stored"
-    );
+    assert_eq!(stored["status"]["replicas"], 5, "the scaler's own change is stored");
 
     patches_are_judged_like_a_full_update(&s, "trim").await;
     s.unregister().await;
@@ -169,19 +162,10 @@ async fn patches_are_judged_like_a_full_update(s: &Scenario, mode: &str) {
 
     let before = s.get(&s.admin, "w").await["status"]["observedGeneration"].clone();
     let merge = s
-        .merge_patch_status(
-            &s.scaler,
-            "w",
-            json!({"status": {"observedGeneration": 100}}),
-        )
+        .merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": 100}}))
         .await;
     let apply = s
-        .apply_status(
-            &s.scaler,
-            "widget-scaler",
-            "w",
-            json!({"observedGeneration": 101}),
-        )
+        .apply_status(&s.scaler, "widget-scaler", "w", json!({"observedGeneration": 101}))
         .await;
     for (how, written) in [("merge patch", merge), ("apply", apply)] {
         match mode {

@@ -2,7 +2,7 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -12,8 +12,7 @@ use support::webhook::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn stale_review() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(example("stale-rollback-review.json")).unwrap())
-        .unwrap()
+    serde_json::from_str(&std::fs::read_to_string(example("stale-rollback-review.json")).unwrap()).unwrap()
 }
 
 /// The example ownership document with another default mode, as a file.
@@ -26,11 +25,7 @@ fn ownership_in_mode(dir: &std::path::Path, mode: &str) -> RulesSource {
     RulesSource::File(path)
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    body: impl Into<reqwest::Body>,
-) -> (u16, String) {
+async fn post(client: &reqwest::Client, url: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
     let response = client
         .post(url)
         .header("content-type", "application/json")
@@ -47,21 +42,14 @@ async fn review_response(client: &reqwest::Client, url: &str, review: &Value) ->
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(answer["kind"], "AdmissionReview");
-    assert_eq!(
-        answer["response"]["uid"], review["request"]["uid"],
-        "the uid is echoed"
-    );
+    assert_eq!(answer["response"]["uid"], review["request"]["uid"], "the uid is echoed");
     answer["response"].clone()
 }
 
 async fn start_in_mode(mode: &str) -> (RunningServer, reqwest::Client, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
-    let server = RunningServer::start(config(
-        ownership_in_mode(dir.path(), mode),
-        Some(files(dir.path())),
-    ))
-    .await;
+    let server = RunningServer::start(config(ownership_in_mode(dir.path(), mode), Some(files(dir.path())))).await;
     (server, https_client(&certs.ca_pem), dir)
 }
 
@@ -73,9 +61,7 @@ async fn enforce_denies_the_stale_rollback_with_409_and_mutate_allows() {
     assert_eq!(response["status"]["code"], 409);
     assert_eq!(response["status"]["reason"], "Conflict");
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains(
-        "status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"
-    ));
+    assert!(message.contains("status.observedGeneration (owned by system:serviceaccount:platform:widget-controller)"));
     let response = review_response(&client, &server.url("/mutate"), &stale_review()).await;
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none());
@@ -91,22 +77,15 @@ async fn trim_answers_with_a_base64_json_patch_that_restores_the_owners_items() 
     let encoded = response["patch"]
         .as_str()
         .expect("the patch is a base64 string on the wire");
-    let patch: json_patch::Patch = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap(),
-    )
-    .unwrap();
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
     let mut object = review["request"]["object"].clone();
     json_patch::patch(&mut object, &patch).unwrap();
     assert_eq!(
         object["status"]["observedGeneration"],
         review["request"]["oldObject"]["status"]["observedGeneration"]
     );
-    assert_eq!(
-        object["status"]["replicas"], 5,
-        "the writer's own change stays"
-    );
+    assert_eq!(object["status"]["replicas"], 5, "the writer's own change stays");
     assert_eq!(response["warnings"].as_array().unwrap().len(), 2);
 
     // The backstop: /validate of a trim resource denies what was not trimmed.
@@ -146,12 +125,7 @@ async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
     no_old["request"]["oldObject"] = Value::Null;
     // (what, body, status, a phrase of the one-line reason)
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
-        (
-            "malformed JSON",
-            b"{\"apiVersion\":".to_vec(),
-            400,
-            "malformed JSON",
-        ),
+        ("malformed JSON", b"{\"apiVersion\":".to_vec(), 400, "malformed JSON"),
         ("not JSON at all", b"hello".to_vec(), 400, "malformed JSON"),
         ("empty body", vec![], 400, "malformed JSON"),
         (
@@ -166,32 +140,19 @@ async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
             400,
             "has no request",
         ),
-        (
-            "v1beta1",
-            serde_json::to_vec(&beta).unwrap(),
-            400,
-            "unsupported review",
-        ),
+        ("v1beta1", serde_json::to_vec(&beta).unwrap(), 400, "unsupported review"),
         (
             "status update without oldObject",
             serde_json::to_vec(&no_old).unwrap(),
             400,
             "oldObject",
         ),
-        (
-            "over the body limit",
-            vec![b' '; 65 * 1024],
-            413,
-            "over 65536 bytes",
-        ),
+        ("over the body limit", vec![b' '; 65 * 1024], 413, "over 65536 bytes"),
     ];
     for (what, body, status, reason) in cases {
         let (got, text) = post(&client, &url, body).await;
         assert_eq!(got, status, "{what}: {text}");
-        assert!(
-            text.contains(reason) && text.lines().count() == 1,
-            "{what}: {text:?}"
-        );
+        assert!(text.contains(reason) && text.lines().count() == 1, "{what}: {text:?}");
     }
     let got = client.get(&url).send().await.unwrap().status().as_u16();
     assert_eq!(got, 405, "GET");
@@ -264,27 +225,18 @@ async fn a_certificate_chain_is_accepted() {
     )
     .unwrap();
     let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
-    let response = review_response(
-        &https_client(&certs.ca_pem),
-        &server.url("/validate"),
-        &stale_review(),
-    )
-    .await;
+    let response = review_response(&https_client(&certs.ca_pem), &server.url("/validate"), &stale_review()).await;
     assert_eq!(response["status"]["code"], 409);
 }
 
 /// Polls until a client that trusts only `ca_pem` can talk to the server.
 async fn wait_until_served_by(server: &RunningServer, ca_pem: &str) {
     let client = https_client(ca_pem);
-    eventually(
-        Duration::from_secs(10),
-        "the new certificate is served",
-        || {
-            let client = client.clone();
-            let url = server.url("/validate");
-            async move { client.get(url).send().await.is_ok() }
-        },
-    )
+    eventually(Duration::from_secs(10), "the new certificate is served", || {
+        let client = client.clone();
+        let url = server.url("/validate");
+        async move { client.get(url).send().await.is_ok() }
+    })
     .await;
 }
 
@@ -361,12 +313,7 @@ async fn a_half_written_rotation_keeps_the_old_pair_until_the_key_arrives() {
     std::fs::write(dir.path().join("tls.crt"), &next.cert_pem).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     // The new certificate does not fit the old key: the old pair stays.
-    let response = review_response(
-        &https_client(&first.ca_pem),
-        &server.url("/validate"),
-        &stale_review(),
-    )
-    .await;
+    let response = review_response(&https_client(&first.ca_pem), &server.url("/validate"), &stale_review()).await;
     assert_eq!(response["status"]["code"], 409);
     std::fs::write(dir.path().join("tls.key"), &next.key_pem).unwrap();
     wait_until_served_by(&server, &next.ca_pem).await;
@@ -390,9 +337,7 @@ async fn readiness_needs_rules_and_tls() {
     let app = statusguard::server::App::new(metrics, 1024, Duration::from_secs(1));
     let listener = tokio::net::TcpListener::bind(loopback()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        axum::serve(listener, statusguard::server::admin_router(app.clone())).into_future(),
-    );
+    tokio::spawn(axum::serve(listener, statusguard::server::admin_router(app.clone())).into_future());
     let readyz = || async {
         let r = plain_client()
             .get(format!("http://{addr}/readyz"))
@@ -408,10 +353,8 @@ async fn readiness_needs_rules_and_tls() {
     let (status, body) = readyz().await;
     assert_eq!(status, 503);
     assert!(body.contains("no ownership rules loaded"), "{body}");
-    app.rules.replace(
-        statusguard::ownership::Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP)
-            .unwrap(),
-    );
+    app.rules
+        .replace(statusguard::ownership::Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP).unwrap());
     assert_eq!(readyz().await.0, 200);
     let health = plain_client()
         .get(format!("http://{addr}/healthz"))
@@ -465,9 +408,7 @@ async fn a_stuck_client_is_cut_off_and_a_slow_body_gets_408() {
         .connect(name, tcp)
         .await
         .unwrap();
-    tls.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\n")
-        .await
-        .unwrap();
+    tls.write_all(b"POST /validate HTTP/1.1\r\nhost: x\r\n").await.unwrap();
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
     assert!(read.is_ok(), "the stuck connection was not closed");
@@ -487,20 +428,11 @@ async fn a_stuck_client_is_cut_off_and_a_slow_body_gets_408() {
 
 // ---- the binary -------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Process(std::process::Child);
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+async fn start_binary(dir: &std::path::Path) -> (Process, u16, u16, String) {
+    let server = BinaryServer::start(dir, &[], &[]).await;
+    server.wait_ready().await;
+    let ca_pem = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
+    (server.process, server.tls, server.admin, ca_pem)
 }
 
 fn signal(child: &std::process::Child, name: &str) {
@@ -509,34 +441,6 @@ fn signal(child: &std::process::Child, name: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-async fn start_binary(dir: &std::path::Path) -> (Process, u16, u16, String) {
-    let (tls, admin) = (free_port(), free_port());
-    let ca = dir.join("ca.pem");
-    let child = Command::new(env!("CARGO_BIN_EXE_statusguard"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{tls}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .arg("--write-ca")
-        .arg(&ca)
-        .args(["--log-format", "json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let process = Process(child);
-    eventually(Duration::from_secs(20), "the binary is ready", || async move {
-        matches!(plain_client().get(format!("http://127.0.0.1:{admin}/readyz")).send().await, Ok(r) if r.status() == 200)
-    })
-    .await;
-    let ca_pem = std::fs::read_to_string(&ca).unwrap();
-    (process, tls, admin, ca_pem)
 }
 
 #[tokio::test]
@@ -570,9 +474,7 @@ async fn a_second_signal_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut process, tls, _admin, ca_pem) = start_binary(dir.path()).await;
     // An in-flight request that never finishes keeps the drain waiting.
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls))
-        .await
-        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls)).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let mut stuck = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS)
         .connect(name, tcp)

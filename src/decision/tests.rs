@@ -168,10 +168,7 @@ fn what_is_inspected_and_what_is_skipped() {
         assert_eq!(d.outcome, expected, "{what}");
         assert_eq!(d.response.allowed, expected != Outcome::Denied, "{what}");
         if expected != Outcome::Denied {
-            assert!(
-                d.response.warnings.is_none() && d.response.patch.is_none(),
-                "{what}"
-            );
+            assert!(d.response.warnings.is_none() && d.response.patch.is_none(), "{what}");
         }
     }
 }
@@ -250,33 +247,18 @@ fn field_comparison_rules() {
             json!({"summary": [2, 1]}),
             true,
         ),
-        (
-            "status removed",
-            json!({"observedGeneration": 1}),
-            Value::Null,
-            true,
-        ),
+        ("status removed", json!({"observedGeneration": 1}), Value::Null, true),
         (
             "a path segment with / and ~",
             json!({"a/b~c": 1}),
             json!({"a/b~c": 2}),
             true,
         ),
-        (
-            "unowned sibling",
-            json!({"other": 1}),
-            json!({"other": 2}),
-            false,
-        ),
+        ("unowned sibling", json!({"other": 1}), json!({"other": 2}), false),
     ];
     for (what, old, new, violated) in cases {
         let d = status_decision("enforce", SCALER, old, new, Endpoint::Validate);
-        assert_eq!(
-            d.outcome == Outcome::Denied,
-            violated,
-            "{what}: {:?}",
-            items(&d)
-        );
+        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
     }
 }
 
@@ -323,12 +305,7 @@ fn condition_comparison_rules() {
             json!({"conditions": new}),
             Endpoint::Validate,
         );
-        assert_eq!(
-            d.outcome == Outcome::Denied,
-            violated,
-            "{what}: {:?}",
-            items(&d)
-        );
+        assert_eq!(d.outcome == Outcome::Denied, violated, "{what}: {:?}", items(&d));
     }
 }
 
@@ -347,21 +324,12 @@ fn conditions_live_where_the_resource_says() {
 #[test]
 fn audit_allows_with_a_warning_per_violation_and_annotations() {
     let (old, new) = stale();
-    let d = status_decision(
-        "audit",
-        SCALER,
-        old.clone(),
-        new.clone(),
-        Endpoint::Validate,
-    );
+    let d = status_decision("audit", SCALER, old.clone(), new.clone(), Endpoint::Validate);
     assert_eq!(d.outcome, Outcome::Warned);
     assert!(d.response.allowed);
     let warnings = d.response.warnings.unwrap();
     assert_eq!(warnings.len(), 2);
-    assert!(
-        warnings.iter().all(|w| w.chars().count() <= 120),
-        "{warnings:?}"
-    );
+    assert!(warnings.iter().all(|w| w.chars().count() <= 120), "{warnings:?}");
     assert!(d.response.audit_annotations["violations"].contains("status.observedGeneration"));
     let d = status_decision("audit", SCALER, old, new, Endpoint::Mutate);
     assert!(d.response.allowed && d.response.patch.is_none() && d.response.warnings.is_none());
@@ -471,21 +439,12 @@ fn trim_patch_shapes() {
         ),
     ];
     for (what, old, new, expected) in cases {
-        let writer = if old.get("scale").is_some() {
-            CONTROLLER
-        } else {
-            SCALER
-        };
+        let writer = if old.get("scale").is_some() { CONTROLLER } else { SCALER };
         let d = status_decision("trim", writer, old.clone(), new.clone(), Endpoint::Mutate);
         assert_eq!(d.outcome, Outcome::Trimmed, "{what}");
         let patch = d.response.patch.as_ref().unwrap();
         let trimmed = apply(&new, patch);
-        assert_eq!(
-            trimmed,
-            expected,
-            "{what}: {}",
-            String::from_utf8_lossy(patch)
-        );
+        assert_eq!(trimmed, expected, "{what}: {}", String::from_utf8_lossy(patch));
         let again = status_decision("trim", writer, old, trimmed, Endpoint::Mutate);
         assert_eq!(again.outcome, Outcome::Allowed, "{what}: trimming twice");
     }
@@ -499,19 +458,11 @@ fn deny_message_is_capped() {
         owner_fields.join(", ")
     );
     let rules = Ownership::from_yaml(&text).unwrap();
-    let new: serde_json::Map<String, Value> =
-        owner_fields.iter().map(|f| (f.clone(), json!(1))).collect();
-    let d = decide_json(
-        &rules,
-        &review("x", json!({}), Value::Object(new)),
-        Endpoint::Validate,
-    );
+    let new: serde_json::Map<String, Value> = owner_fields.iter().map(|f| (f.clone(), json!(1))).collect();
+    let d = decide_json(&rules, &review("x", json!({}), Value::Object(new)), Endpoint::Validate);
     assert_eq!(d.violations.len(), 25);
     assert!(
-        d.response
-            .result
-            .message
-            .ends_with("f09 (owned by owner), and 15 more"),
+        d.response.result.message.ends_with("f09 (owned by owner), and 15 more"),
         "{}",
         d.response.result.message
     );

@@ -166,8 +166,7 @@ pub fn service_account_username(namespace: &str, name: &str) -> String {
 impl Ownership {
     /// Parses and validates a document, reporting every broken rule.
     pub fn from_yaml(text: &str) -> Result<Self, OwnershipError> {
-        let doc: Document =
-            serde_saphyr::from_str(text).map_err(|e| OwnershipError::Syntax(e.to_string()))?;
+        let doc: Document = serde_saphyr::from_str(text).map_err(|e| OwnershipError::Syntax(e.to_string()))?;
         compile(doc)
     }
 
@@ -177,10 +176,7 @@ impl Ownership {
         if let Ok(cm) = serde_saphyr::from_str::<ConfigMapManifest>(text)
             && cm.kind == "ConfigMap"
         {
-            let inner = cm
-                .data
-                .get(CONFIGMAP_KEY)
-                .ok_or(OwnershipError::MissingKey)?;
+            let inner = cm.data.get(CONFIGMAP_KEY).ok_or(OwnershipError::MissingKey)?;
             return Self::from_yaml(inner);
         }
         Self::from_yaml(text)
@@ -198,8 +194,7 @@ impl Ownership {
     }
 
     pub fn is_exempt(&self, username: &str, groups: &[String]) -> bool {
-        self.exempt_users.contains(username)
-            || groups.iter().any(|g| self.exempt_groups.contains(g))
+        self.exempt_users.contains(username) || groups.iter().any(|g| self.exempt_groups.contains(g))
     }
 
     /// A one-line summary for `check` and logs.
@@ -243,10 +238,7 @@ impl ResourceRules {
 fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     let mut problems = Vec::new();
     if doc.api_version != API_VERSION {
-        problems.push(format!(
-            "apiVersion must be {API_VERSION:?}, not {:?}",
-            doc.api_version
-        ));
+        problems.push(format!("apiVersion must be {API_VERSION:?}, not {:?}", doc.api_version));
     }
     if doc.kind != KIND {
         problems.push(format!("kind must be {KIND:?}, not {:?}", doc.kind));
@@ -276,9 +268,7 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
         }
         let key = (r.group.clone(), r.resource.clone());
         if let Some(&first) = index.get(&key) {
-            problems.push(format!(
-                "{at}: the same group/resource as resources[{first}]"
-            ));
+            problems.push(format!("{at}: the same group/resource as resources[{first}]"));
         }
         if let Some(rules) = compile_resource(r, doc.mode, &at, &mut problems) {
             index.entry(key).or_insert(i);
@@ -298,12 +288,7 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     })
 }
 
-fn compile_resource(
-    r: ResourceDoc,
-    default_mode: Mode,
-    at: &str,
-    problems: &mut Vec<String>,
-) -> Option<ResourceRules> {
+fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut Vec<String>) -> Option<ResourceRules> {
     let conditions_text = r.conditions.as_deref().unwrap_or("conditions");
     let conditions_path = match FieldPath::parse(conditions_text) {
         Ok(p) => Some(p),
@@ -318,13 +303,9 @@ fn compile_resource(
         let wat = format!("{at} writers[{j}]");
         let username = match (&w.service_account, &w.user) {
             (Some(sa), None) => match sa.split_once('/') {
-                Some((ns, name)) if is_dns_name(ns) && is_dns_name(name) => {
-                    service_account_username(ns, name)
-                }
+                Some((ns, name)) if is_dns_name(ns) && is_dns_name(name) => service_account_username(ns, name),
                 _ => {
-                    problems.push(format!(
-                        "{wat}: serviceAccount {sa:?} must be NAMESPACE/NAME"
-                    ));
+                    problems.push(format!("{wat}: serviceAccount {sa:?} must be NAMESPACE/NAME"));
                     continue;
                 }
             },
@@ -334,9 +315,7 @@ fn compile_resource(
                 continue;
             }
             _ => {
-                problems.push(format!(
-                    "{wat}: a writer needs exactly one of serviceAccount or user"
-                ));
+                problems.push(format!("{wat}: a writer needs exactly one of serviceAccount or user"));
                 continue;
             }
         };
@@ -393,11 +372,7 @@ fn compile_resource(
                     }
                 }
             }
-            for c in first
-                .conditions
-                .iter()
-                .filter(|c| second.conditions.contains(c))
-            {
+            for c in first.conditions.iter().filter(|c| second.conditions.contains(c)) {
                 problems.push(format!(
                     "{at}: condition type {c} is declared by both {} and {}",
                     first.username, second.username

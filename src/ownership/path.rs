@@ -61,10 +61,7 @@ impl FieldPath {
 }
 
 /// The non-null value at `segments` below `status`, walking objects only.
-pub(crate) fn value_at<'a, S: AsRef<str>>(
-    status: Option<&'a Value>,
-    segments: &[S],
-) -> Option<&'a Value> {
+pub(crate) fn value_at<'a, S: AsRef<str>>(status: Option<&'a Value>, segments: &[S]) -> Option<&'a Value> {
     let mut current = status?;
     for segment in segments {
         current = current.as_object()?.get(segment.as_ref())?;

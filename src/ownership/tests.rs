@@ -93,11 +93,7 @@ fn every_broken_rule_is_reported_with_its_location() {
             "kind must be",
         ),
         ("unknown mode", format!("{HEADER}mode: block\n"), "block"),
-        (
-            "unknown top-level key",
-            format!("{HEADER}resorces: []\n"),
-            "resorces",
-        ),
+        ("unknown top-level key", format!("{HEADER}resorces: []\n"), "resorces"),
         (
             "unknown resource key",
             doc("  - {group: a, resource: x, writer: []}\n"),
@@ -108,11 +104,7 @@ fn every_broken_rule_is_reported_with_its_location() {
             doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, feilds: [a]}\n"),
             "feilds",
         ),
-        (
-            "unknown exempt key",
-            format!("{HEADER}exempt: {{user: [a]}}\n"),
-            "user",
-        ),
+        ("unknown exempt key", format!("{HEADER}exempt: {{user: [a]}}\n"), "user"),
         (
             "empty path",
             doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [\"\"]}\n"),
@@ -135,16 +127,12 @@ fn every_broken_rule_is_reported_with_its_location() {
         ),
         (
             "the conditions path",
-            doc(
-                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions]}\n",
-            ),
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions]}\n"),
             "overlaps the conditions list",
         ),
         (
             "below the conditions path",
-            doc(
-                "  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions.x]}\n",
-            ),
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [conditions.x]}\n"),
             "overlaps the conditions list",
         ),
         (
@@ -182,9 +170,7 @@ fn every_broken_rule_is_reported_with_its_location() {
         ),
         (
             "both identities",
-            doc(
-                "  - group: a\n    resource: x\n    writers:\n      - {user: u, serviceAccount: ns/sa}\n",
-            ),
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, serviceAccount: ns/sa}\n"),
             "resources[0] (a/x) writers[0]: a writer needs exactly one",
         ),
         (
@@ -199,9 +185,7 @@ fn every_broken_rule_is_reported_with_its_location() {
         ),
         (
             "service account with bad name",
-            doc(
-                "  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/Bad_Name}\n",
-            ),
+            doc("  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/Bad_Name}\n"),
             "must be NAMESPACE/NAME",
         ),
         (
@@ -240,9 +224,7 @@ fn every_broken_rule_is_reported_with_its_location() {
         ),
         (
             "empty condition type",
-            doc(
-                "  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [\"\"]}\n",
-            ),
+            doc("  - group: a\n    resource: x\n    writers:\n      - {user: u, conditions: [\"\"]}\n"),
             "empty condition type",
         ),
         ("not YAML", "{{{".into(), "not a valid ownership document"),
@@ -275,9 +257,10 @@ fn all_errors_are_reported_not_just_the_first() {
 
 #[test]
 fn empty_writers_and_writers_that_own_nothing_are_allowed() {
-    let rules =
-        Ownership::from_yaml(&doc("  - {group: a, resource: x, writers: []}\n  - group: a\n    resource: y\n    writers:\n      - {user: u}\n"))
-            .unwrap();
+    let rules = Ownership::from_yaml(&doc(
+        "  - {group: a, resource: x, writers: []}\n  - group: a\n    resource: y\n    writers:\n      - {user: u}\n",
+    ))
+    .unwrap();
     assert_eq!(
         rules.summary(),
         "2 resources, 1 writers, 0 fields, 0 condition types (default mode enforce)"

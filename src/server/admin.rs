@@ -31,10 +31,7 @@ async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
             };
             (StatusCode::OK, body)
         }
-        Err(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {why}\n"),
-        ),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
 }
 

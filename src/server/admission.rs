@@ -19,14 +19,8 @@ use crate::review::{encode_response, parse_request};
 /// other path 404 (axum's defaults).
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route(
-            "/validate",
-            post(|State(app), req| admit(app, Endpoint::Validate, req)),
-        )
-        .route(
-            "/mutate",
-            post(|State(app), req| admit(app, Endpoint::Mutate, req)),
-        )
+        .route("/validate", post(|State(app), req| admit(app, Endpoint::Validate, req)))
+        .route("/mutate", post(|State(app), req| admit(app, Endpoint::Mutate, req)))
         .with_state(app)
 }
 
@@ -100,22 +94,10 @@ fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, (Statu
     let decision = decide(&rules, &request, endpoint).map_err(|e| bad(&e))?;
     log_decision(endpoint, &request, &decision);
     let (group, resource) = (&request.resource.group, &request.resource.resource);
-    app.metrics.decision(
-        endpoint,
-        &rules,
-        &decision,
-        group,
-        resource,
-        started.elapsed(),
-    );
-    let body = encode_response(decision.response)
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response())
+    app.metrics
+        .decision(endpoint, &rules, &decision, group, resource, started.elapsed());
+    let body = encode_response(decision.response).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// One line per decision that denied, trimmed or warned; nothing from the
@@ -125,17 +107,10 @@ fn log_decision(
     request: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
     decision: &Decision,
 ) {
-    if !matches!(
-        decision.outcome,
-        Outcome::Denied | Outcome::Trimmed | Outcome::Warned
-    ) {
+    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned) {
         return;
     }
-    let violated: Vec<String> = decision
-        .violations
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let violated: Vec<String> = decision.violations.iter().map(ToString::to_string).collect();
     tracing::info!(
         uid = %request.uid,
         endpoint = endpoint.as_str(),

@@ -6,6 +6,7 @@
 mod admin;
 mod admission;
 pub mod rules;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,29 +62,20 @@ pub struct ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error("cannot write the CA to {path}: {source}")]
-    WriteCa {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    WriteCa { path: PathBuf, source: std::io::Error },
     #[error("cannot read the ownership document {path}: {source}")]
-    ReadRules {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    ReadRules { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
     Rules {
         path: String,
         source: crate::ownership::OwnershipError,
     },
-    #[error("--configmap is not supported yet: use --ownership FILE")]
-    ConfigMapNotYet,
+    #[error("cannot reach the Kubernetes API for --configmap (in-cluster config, or KUBECONFIG): {0}")]
+    Kube(#[from] kube::Error),
 }
 
 /// State shared by the handlers.
@@ -98,11 +90,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(
-        metrics: Arc<Metrics>,
-        max_body_bytes: usize,
-        request_timeout: Duration,
-    ) -> Arc<Self> {
+    pub fn new(metrics: Arc<Metrics>, max_body_bytes: usize, request_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             rules: RuleStore::new(metrics.clone()),
             metrics,
@@ -122,11 +110,7 @@ impl App {
             return Err("TLS is not ready".into());
         }
         if self.rules.current().is_none() {
-            let why = self
-                .rules
-                .problem()
-                .map(|p| p.to_string())
-                .unwrap_or_default();
+            let why = self.rules.problem().map(|p| p.to_string()).unwrap_or_default();
             return Err(format!("no ownership rules loaded: {why}"));
         }
         Ok(())
@@ -145,6 +129,8 @@ pub struct Server {
     admin_listener: TcpListener,
     acceptor: TlsAcceptor,
     cert_watch: Option<(CertFiles, Arc<SwappableCert>, tls::PemPair)>,
+    /// Cluster mode: the client and the ConfigMap to watch.
+    configmap_watch: Option<(kube::Client, String, String)>,
 }
 
 impl Server {
@@ -153,6 +139,7 @@ impl Server {
         let metrics = Arc::new(Metrics::default());
         let app = App::new(metrics, config.max_body_bytes, config.request_timeout);
 
+        let mut configmap_watch = None;
         match &config.rules {
             RulesSource::Embedded => {
                 let rules = parse_rules("the embedded example", EMBEDDED_OWNERSHIP)?;
@@ -160,16 +147,23 @@ impl Server {
                 app.rules.replace(rules);
             }
             RulesSource::File(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ServerError::ReadRules {
-                        path: path.clone(),
-                        source,
-                    })?;
+                let text = std::fs::read_to_string(path).map_err(|source| ServerError::ReadRules {
+                    path: path.clone(),
+                    source,
+                })?;
                 let rules = parse_rules(&path.display().to_string(), &text)?;
                 tracing::info!(path = %path.display(), summary = %rules.summary(), "ownership rules loaded");
                 app.rules.replace(rules);
             }
-            RulesSource::ConfigMap { .. } => return Err(ServerError::ConfigMapNotYet),
+            RulesSource::ConfigMap { namespace, name } => {
+                // Not ready until the watch delivers a first valid document.
+                let client = kube::Client::try_default().await?;
+                app.rules.reject(
+                    "missing",
+                    format!("waiting for the first valid document from ConfigMap {namespace}/{name}"),
+                );
+                configmap_watch = Some((client, namespace.clone(), name.clone()));
+            }
         }
 
         let (resolver, cert_watch) = match &config.tls_files {
@@ -182,18 +176,11 @@ impl Server {
             None => {
                 let generated = tls::generate_certificates(&config.tls_sans)?;
                 let path = std::path::Path::new("generated");
-                let key = tls::certified_key(
-                    generated.cert_pem.as_bytes(),
-                    generated.key_pem.as_bytes(),
-                    path,
-                    path,
-                )?;
+                let key = tls::certified_key(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes(), path, path)?;
                 if let Some(path) = &config.write_ca {
-                    std::fs::write(path, &generated.ca_pem).map_err(|source| {
-                        ServerError::WriteCa {
-                            path: path.clone(),
-                            source,
-                        }
+                    std::fs::write(path, &generated.ca_pem).map_err(|source| ServerError::WriteCa {
+                        path: path.clone(),
+                        source,
                     })?;
                     tracing::info!(path = %path.display(), "wrote the CA that verifies the generated certificate");
                 }
@@ -218,6 +205,7 @@ impl Server {
             admin_listener,
             acceptor,
             cert_watch,
+            configmap_watch,
         })
     }
 
@@ -226,9 +214,7 @@ impl Server {
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_listener
-            .local_addr()
-            .unwrap_or(self.config.admin_listen)
+        self.admin_listener.local_addr().unwrap_or(self.config.admin_listen)
     }
 
     pub fn app(&self) -> Arc<App> {
@@ -246,6 +232,7 @@ impl Server {
             admin_listener,
             acceptor,
             cert_watch,
+            configmap_watch,
         } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
@@ -253,11 +240,12 @@ impl Server {
         let mut background = tokio::task::JoinSet::new();
         if let Some((files, resolver, loaded)) = cert_watch {
             let metrics = app.metrics.clone();
-            background.spawn(
-                files.watch(resolver, loaded, config.tls_reload_interval, move |r| {
-                    metrics.tls_reload(r.is_ok())
-                }),
-            );
+            background.spawn(files.watch(resolver, loaded, config.tls_reload_interval, move |r| {
+                metrics.tls_reload(r.is_ok())
+            }));
+        }
+        if let Some((client, namespace, name)) = configmap_watch {
+            background.spawn(watch::watch_configmap(client, namespace, name, app.clone()));
         }
         let admin = admin::router(app.clone());
         background.spawn(async move {
@@ -298,8 +286,7 @@ impl Server {
             tokio::spawn(async move {
                 // Plain HTTP, a stalled client or a bad certificate request
                 // ends here, before any HTTP is read: never answered.
-                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await
-                {
+                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "TLS handshake failed");

@@ -22,10 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
 
 /// A running control plane. Lives as long as the test binary.
@@ -86,9 +83,7 @@ wait "$pid" 2>/dev/null
 impl Guarded {
     /// Stops the process and waits for the guard to finish.
     fn stop(self) {
-        let Guarded {
-            mut child, _pipe, ..
-        } = self;
+        let Guarded { mut child, _pipe, .. } = self;
         drop(_pipe);
         let _ = child.wait();
     }
@@ -134,9 +129,7 @@ pub fn assets() -> Result<PathBuf, String> {
                     output.status
                 ));
             }
-            Ok(PathBuf::from(
-                String::from_utf8_lossy(&output.stdout).trim(),
-            ))
+            Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
         })
         .clone()
 }
@@ -153,24 +146,16 @@ struct Pki {
 }
 
 fn make_pki() -> Result<Pki, rcgen::Error> {
-    let serving = statusguard::tls::generate_certificates(&[])
-        .map_err(|e| rcgen::Error::PemError(e.to_string()))?;
+    let serving = statusguard::tls::generate_certificates(&[]).map_err(|e| rcgen::Error::PemError(e.to_string()))?;
 
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "test client CA");
+    ca_params.distinguished_name.push(DnType::CommonName, "test client CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
     let mut admin = CertificateParams::new(Vec::<String>::new())?;
-    admin
-        .distinguished_name
-        .push(DnType::CommonName, "test-admin");
+    admin.distinguished_name.push(DnType::CommonName, "test-admin");
     admin
         .distinguished_name
         .push(DnType::OrganizationName, "system:masters");
@@ -232,8 +217,7 @@ impl Cluster {
         let pki = make_pki().map_err(|e| format!("cannot make certificates: {e}"))?;
         let write = |name: &str, text: &str| -> Result<PathBuf, String> {
             let path = dir.join(name);
-            std::fs::write(&path, text)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             Ok(path)
         };
         let p = |path: PathBuf| path.display().to_string();
@@ -257,12 +241,7 @@ impl Cluster {
             "--log-level=warn".into(),
         ];
         // The etcd guard owns the cleanup of the whole folder: it stops last.
-        let etcd = guarded(
-            &assets.join("etcd"),
-            &etcd_args,
-            &dir.join("etcd.log"),
-            &dir,
-        )?;
+        let etcd = guarded(&assets.join("etcd"), &etcd_args, &dir.join("etcd.log"), &dir)?;
 
         let url = format!("https://127.0.0.1:{api_port}");
         let apiserver_args: Vec<String> = vec![
@@ -375,6 +354,12 @@ impl Cluster {
     /// A client that authenticates as `namespace/name` with a real bearer
     /// token from the TokenRequest API.
     pub async fn service_account_client(&self, namespace: &str, name: &str) -> Client {
+        let path = self.service_account_kubeconfig(namespace, name).await;
+        client_from_kubeconfig(&path).await.unwrap()
+    }
+
+    /// A kubeconfig file with a TokenRequest token of `namespace/name`.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
         let token = self.token(namespace, name).await;
         let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
         std::fs::write(
@@ -382,7 +367,7 @@ impl Cluster {
             kubeconfig(&self.url, &self.ca_pem, &format!("{{token: {token}}}")),
         )
         .unwrap();
-        client_from_kubeconfig(&path).await.unwrap()
+        path
     }
 
     pub async fn token(&self, namespace: &str, name: &str) -> String {
@@ -440,10 +425,7 @@ pub async fn service_account(client: &Client, namespace: &str, name: &str) {
 }
 
 pub fn widget_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    )
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Widget"), "widgets")
 }
 
 pub fn widgets(client: &Client, namespace: &str) -> Api<DynamicObject> {
@@ -473,10 +455,7 @@ pub async fn install_widget_crd(client: &Client) {
                 return;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the Widget CRD was not Established in time"
-        );
+        assert!(Instant::now() < deadline, "the Widget CRD was not Established in time");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Request;
@@ -41,9 +39,7 @@ impl Scenario {
         }
         cluster::grant_widget_writers(&admin, &[CONTROLLER, SCALER]).await;
         cluster::namespace(&admin, test, json!({"statusguard-test": test})).await;
-        let controller = cluster
-            .service_account_client(CONTROLLER.0, CONTROLLER.1)
-            .await;
+        let controller = cluster.service_account_client(CONTROLLER.0, CONTROLLER.1).await;
         let scaler = cluster.service_account_client(SCALER.0, SCALER.1).await;
         Self {
             cluster,
@@ -86,24 +82,14 @@ impl Scenario {
 
     pub async fn merge_patch_status(&self, client: &Client, name: &str, patch: Value) -> Written {
         let request = Request::new(self.base_path())
-            .patch_subresource(
-                "status",
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
+            .patch_subresource("status", name, &PatchParams::default(), &Patch::Merge(patch))
             .unwrap();
         send(client, request).await
     }
 
-    pub async fn apply_status(
-        &self,
-        client: &Client,
-        manager: &str,
-        name: &str,
-        status: Value,
-    ) -> Written {
-        let body = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "status": status});
+    pub async fn apply_status(&self, client: &Client, manager: &str, name: &str, status: Value) -> Written {
+        let body =
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "status": status});
         let request = Request::new(self.base_path())
             .patch_subresource(
                 "status",
@@ -125,19 +111,11 @@ impl Scenario {
         let mut fresh = self.get(&self.controller, name).await;
         fresh["status"]["observedGeneration"] = json!(2);
         let written = self.put_status(&self.controller, &fresh).await;
-        assert_eq!(
-            written.code, 200,
-            "the controller's write: {:?}",
-            written.body
-        );
+        assert_eq!(written.code, 200, "the controller's write: {:?}", written.body);
 
         stale["status"]["replicas"] = json!(5);
         let first = self.put_status(&self.scaler, &stale).await;
-        assert_eq!(
-            first.code, 409,
-            "the stale write conflicts: {:?}",
-            first.body
-        );
+        assert_eq!(first.code, 409, "the stale write conflicts: {:?}", first.body);
 
         let latest = self.get(&self.scaler, name).await;
         stale["metadata"]["resourceVersion"] = latest["metadata"]["resourceVersion"].clone();
@@ -147,11 +125,26 @@ impl Scenario {
     /// Registers statusguard for this test's namespace; `mutate` adds the
     /// mutating webhook (trim mode). Waits until the API server really calls it.
     pub async fn register(&self, server: &RunningServer, ca_pem: &str, mutate: bool) {
+        let app = server.app.clone();
+        self.register_at(server.tls.port(), ca_pem, mutate, || {
+            let app = app.clone();
+            async move { app.metrics.encode() }
+        })
+        .await;
+    }
+
+    /// Registers the webhook at `https://127.0.0.1:port/`; `metrics` reads the
+    /// server's /metrics, to see that the API server really calls it.
+    pub async fn register_at<F, Fut>(&self, port: u16, ca_pem: &str, mutate: bool, metrics: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = String>,
+    {
         let webhook = |path: &str| {
             json!({
                 "name": format!("{}.statusguard.dev", path),
                 "clientConfig": {
-                    "url": format!("https://127.0.0.1:{}/{path}", server.tls.port()),
+                    "url": format!("https://127.0.0.1:{port}/{path}"),
                     "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
                 },
                 "rules": [{"apiGroups": ["example.com"], "apiVersions": ["*"], "resources": ["widgets/status"],
@@ -175,16 +168,19 @@ impl Scenario {
             let mut hook = webhook("mutate");
             hook["reinvocationPolicy"] = json!("IfNeeded");
             let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.admin.clone());
-            cluster::ensure_json(
-                &mutating,
-                json!({"metadata": {"name": name}, "webhooks": [hook]}),
-            )
-            .await;
+            cluster::ensure_json(&mutating, json!({"metadata": {"name": name}, "webhooks": [hook]})).await;
         }
 
         // A dry-run status write by the (exempt) admin reaches the webhook
         // once the API server has loaded the configuration.
-        let probe = self.create_widget("webhook-probe", json!({})).await;
+        if cluster::widgets(&self.admin, &self.namespace)
+            .get_opt("webhook-probe")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            self.create_widget("webhook-probe", json!({})).await;
+        }
         let wanted: &[&str] = if mutate {
             &["endpoint=\"validate\"", "endpoint=\"mutate\""]
         } else {
@@ -196,7 +192,7 @@ impl Scenario {
             let request = Request::new(self.base_path())
                 .replace_subresource(
                     "status",
-                    probe["metadata"]["name"].as_str().unwrap(),
+                    "webhook-probe",
                     &PostParams {
                         dry_run: true,
                         ..Default::default()
@@ -205,7 +201,7 @@ impl Scenario {
                 )
                 .unwrap();
             let _ = send(&self.admin, request).await;
-            let metrics = server.app.metrics.encode();
+            let metrics = metrics().await;
             if wanted.iter().all(|w| {
                 metrics
                     .lines()
@@ -258,10 +254,7 @@ pub async fn put_status(client: &Client, base: &str, object: &Value) -> Written 
 }
 
 pub async fn send(client: &Client, request: http::Request<Vec<u8>>) -> Written {
-    let response = client
-        .send(request.map(kube::client::Body::from))
-        .await
-        .unwrap();
+    let response = client.send(request.map(kube::client::Body::from)).await.unwrap();
     let code = response.status().as_u16();
     let warnings = response
         .headers()
@@ -274,16 +267,9 @@ pub async fn send(client: &Client, request: http::Request<Vec<u8>>) -> Written {
         .unwrap()
         .to_bytes();
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Written {
-        code,
-        warnings,
-        body,
-    }
+    Written { code, warnings, body }
 }
 
 pub fn name_of(object: &Value) -> String {
-    object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    object["metadata"]["name"].as_str().unwrap_or_default().to_owned()
 }

@@ -115,10 +115,7 @@ pub fn plain_client() -> reqwest::Client {
         .unwrap()
 }
 
-pub fn tls_connector(
-    ca_pem: &str,
-    versions: &[&'static rustls::SupportedProtocolVersion],
-) -> TlsConnector {
+pub fn tls_connector(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -163,9 +160,7 @@ pub async fn split_request(
 }
 
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
 }
 
 /// Polls `check` every 100 ms until it returns true, for at most `limit`.
@@ -181,5 +176,93 @@ where
             "timed out after {limit:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process, killed when dropped.
+pub struct Process(pub std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `statusguard serve` binary on free loopback ports, with a generated
+/// certificate whose CA is written to `dir/ca.pem`, logging JSON to `dir/serve.log`.
+pub struct BinaryServer {
+    pub process: Process,
+    pub tls: u16,
+    pub admin: u16,
+    pub log: PathBuf,
+}
+
+impl BinaryServer {
+    pub async fn start(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
+        let (tls, admin) = (free_port(), free_port());
+        let log = dir.join("serve.log");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{tls}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin}"),
+            ])
+            .arg("--write-ca")
+            .arg(dir.join("ca.pem"))
+            .args(["--log-format", "json"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let process = Process(command.spawn().unwrap());
+        Self {
+            process,
+            tls,
+            admin,
+            log,
+        }
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    pub async fn get_admin(&self, path: &str) -> Option<(u16, String)> {
+        let response = plain_client().get(self.admin_url(path)).send().await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
+    pub async fn wait_ready(&self) {
+        eventually(Duration::from_secs(30), "the binary is ready", || async {
+            matches!(self.get_admin("/readyz").await, Some((200, _)))
+        })
+        .await;
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.get_admin("/metrics")
+            .await
+            .map(|(_, text)| text)
+            .unwrap_or_default()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
