@@ -2,8 +2,6 @@
 //! decide, encode), on a 16 KiB Widget with 4 writers.
 //!
 //!     cargo bench --bench decision
-// A benchmark's fixtures are its own; a broken one should stop it loudly.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 

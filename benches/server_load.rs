@@ -5,8 +5,6 @@
 //!
 //!     cargo bench --bench server_load
 //!     LOAD_SECONDS=20 LOAD_CONNECTIONS=8 LOAD_ENDPOINT=validate cargo bench --bench server_load
-// A benchmark's fixtures are its own; a broken one should stop it loudly.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 

@@ -5,6 +5,8 @@
 //! - [`review`]: AdmissionReview on the wire.
 //! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`].
 #![forbid(unsafe_code)]
+// Input comes from outside: nothing in the library may panic on it.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod decision;
 pub mod ownership;

@@ -1,5 +1,7 @@
 //! The `statusguard` binary: parse the command line, set up logging, run.
 
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::ExitCode;
 
 use clap::Parser as _;
