@@ -14,6 +14,8 @@ pub mod review;
 
 #[cfg(feature = "client")]
 pub mod configmap;
+#[cfg(feature = "client")]
+pub mod flush;
 
 #[cfg(feature = "server")]
 pub mod cli;

@@ -33,6 +33,11 @@ impl FieldPath {
         Ok(Self(segments))
     }
 
+    /// A one-segment path; `segment` must be non-empty and hold no dot.
+    pub(crate) fn single(segment: &str) -> Self {
+        Self(vec![segment.to_owned()])
+    }
+
     pub fn segments(&self) -> &[String] {
         &self.0
     }
