@@ -34,6 +34,27 @@
 //! writer.flush(&mut widget).await?; // sends observedGeneration, summary and the conditions, nothing else
 //! # Ok(()) }
 //! ```
+//!
+//! The patch an attempt sends is a pure function of the staged and the
+//! stored object:
+//!
+//! ```
+//! use serde_json::json;
+//! use statusguard::flush::status_merge_patch;
+//! use statusguard::ownership::FieldPath;
+//!
+//! let owned = [FieldPath::parse("summary").unwrap()];
+//! let conditions = FieldPath::parse("conditions").unwrap();
+//! let staged = json!({"metadata": {"resourceVersion": "41"},
+//!                     "status": {"summary": {"ready": 2}, "replicas": 9}});
+//! let stored = json!({"metadata": {"resourceVersion": "42"},
+//!                     "status": {"summary": {"ready": 1, "total": 0}, "replicas": 3}});
+//! let patch = status_merge_patch(&owned, &conditions, &staged, &stored).unwrap();
+//! // The staged resourceVersion locks the write; `replicas` is not ours and not
+//! // sent; the stored `total: 0` the staged summary lacks is removed.
+//! assert_eq!(patch, json!({"metadata": {"resourceVersion": "41"},
+//!                          "status": {"summary": {"ready": 2, "total": null}}}));
+//! ```
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;

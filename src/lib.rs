@@ -1,8 +1,37 @@
 //! statusguard: ownership of shared Kubernetes status fields.
 //!
+//! When several controllers share the status of one resource, a stale full
+//! update rolls another controller's fields back. statusguard ends that from
+//! both sides: an admission webhook that denies, trims or reports writes to
+//! what another writer owns, and, for kube-rs controllers,
+//! [`flush::StatusWriter`], which sends only what the controller owns.
+//!
+//! Library users who want only the flush and the ownership rules depend on
+//! `statusguard = { version = "...", default-features = false, features = ["client"] }`
+//! and choose their own k8s-openapi version feature; the server's
+//! dependencies (axum, TLS serving, metrics) come only with `server`.
+//!
+//! ```
+//! use statusguard::ownership::Ownership;
+//!
+//! let rules = Ownership::from_yaml(r#"
+//! apiVersion: statusguard.dev/v1alpha1
+//! kind: StatusOwnership
+//! resources:
+//!   - group: example.com
+//!     resource: widgets
+//!     writers:
+//!       - {serviceAccount: platform/widget-controller, fields: [observedGeneration], conditions: [Ready]}
+//! "#).unwrap();
+//! let widgets = rules.resource("example.com", "widgets").unwrap();
+//! let controller = widgets.writer("system:serviceaccount:platform:widget-controller").unwrap();
+//! assert_eq!(controller.fields[0].to_string(), "observedGeneration");
+//! ```
+//!
 //! - [`ownership`]: the ownership document, shared by the webhook and the library.
 //! - [`decision`]: the pure admission decision (deny, trim, or report).
 //! - [`review`]: AdmissionReview on the wire.
+//! - with the `client` feature: [`flush`] (the status flush) and [`configmap`].
 //! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`].
 #![forbid(unsafe_code)]
 // Input comes from outside: nothing in the library may panic on it.

@@ -344,3 +344,32 @@ async fn with_the_webhook_enforcing_the_flush_passes_where_the_full_update_retry
     );
     s.unregister().await;
 }
+
+#[tokio::test]
+async fn the_shared_status_example_shows_the_rollback_and_its_cure() {
+    let (_, admin) = setup().await;
+    cluster::namespace(&admin, "e2e-flush-example", json!({})).await;
+    // `cargo test` builds the examples next to the test binaries' folder.
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/shared_status");
+    assert!(example.exists(), "{} was not built", example.display());
+    for (mode, expected) in [("legacy", "ROLLED BACK"), ("library", "both writes kept")] {
+        let output = std::process::Command::new(&example)
+            .args(["--namespace", "e2e-flush-example", "--scaler", mode])
+            .env("KUBECONFIG", &Cluster::shared().kubeconfig)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{mode}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains(expected), "{mode}: {stdout}");
+    }
+}
