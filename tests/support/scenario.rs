@@ -171,8 +171,23 @@ impl Scenario {
             cluster::ensure_json(&mutating, json!({"metadata": {"name": name}, "webhooks": [hook]})).await;
         }
 
-        // A dry-run status write by the (exempt) admin reaches the webhook
-        // once the API server has loaded the configuration.
+        let wanted: &[&str] = if mutate {
+            &["endpoint=\"validate\"", "endpoint=\"mutate\""]
+        } else {
+            &["endpoint=\"validate\""]
+        };
+        self.wait_until_called(wanted, metrics).await;
+    }
+
+    /// Waits until the server's /metrics (read by `metrics`) counts reviews
+    /// with each of the `wanted` labels: a dry-run status write by the
+    /// (exempt) admin reaches the webhook once the API server has loaded its
+    /// configuration.
+    pub async fn wait_until_called<F, Fut>(&self, wanted: &[&str], metrics: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = String>,
+    {
         if cluster::widgets(&self.admin, &self.namespace)
             .get_opt("webhook-probe")
             .await
@@ -181,11 +196,6 @@ impl Scenario {
         {
             self.create_widget("webhook-probe", json!({})).await;
         }
-        let wanted: &[&str] = if mutate {
-            &["endpoint=\"validate\"", "endpoint=\"mutate\""]
-        } else {
-            &["endpoint=\"validate\""]
-        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let object = self.get(&self.admin, "webhook-probe").await;

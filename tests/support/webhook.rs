@@ -208,19 +208,26 @@ pub struct BinaryServer {
 
 impl BinaryServer {
     pub async fn start(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
-        let (tls, admin) = (free_port(), free_port());
+        Self::start_on(free_port(), dir, args, env).await
+    }
+
+    /// On a given TLS port. Without `--tls-cert` in `args`, a certificate is
+    /// generated and its CA written to `dir/ca.pem`.
+    pub async fn start_on(tls: u16, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
+        let admin = free_port();
         let log = dir.join("serve.log");
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"));
+        command.args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{tls}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ]);
+        if !args.contains(&"--tls-cert") {
+            command.arg("--write-ca").arg(dir.join("ca.pem"));
+        }
         command
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{tls}"),
-                "--admin-listen",
-                &format!("127.0.0.1:{admin}"),
-            ])
-            .arg("--write-ca")
-            .arg(dir.join("ca.pem"))
             .args(["--log-format", "json"])
             .args(args)
             .stdin(std::process::Stdio::null())
