@@ -96,6 +96,8 @@ pub enum FlushError {
     Kube(#[from] kube::Error),
     #[error("cannot convert the object to or from JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    ConfigMap(#[from] crate::configmap::ConfigMapError),
 }
 
 /// When and how often a conflicting write is tried again. The default is
@@ -268,15 +270,9 @@ where
         group: &str,
         resource: &str,
         username: &str,
-    ) -> Result<Self, crate::configmap::ConfigMapError> {
+    ) -> Result<Self, FlushError> {
         let ownership = crate::configmap::fetch_ownership(api.clone().into_client(), namespace, name).await?;
-        Self::for_writer(api, &ownership, group, resource, username).map_err(|e| {
-            crate::configmap::ConfigMapError::Invalid {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                source: crate::ownership::OwnershipError::Invalid(vec![e.to_string()]),
-            }
-        })
+        Self::for_writer(api, &ownership, group, resource, username)
     }
 
     fn check_conditions_overlap(&self) -> Result<(), FlushError> {

@@ -439,18 +439,13 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         );
     std::fs::write(&values_file, values(&moved)).unwrap();
     run_helm(&["upgrade", "sg", &chart, "-n", RELEASE_NAMESPACE, "-f", &values_path]);
-    let mut value = 10;
-    eventually(Duration::from_secs(30), "the upgrade's ownership is in force", || {
-        value += 1;
-        let v = value;
-        let s = &s;
-        async move {
-            s.merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": v}}))
-                .await
-                .code
-                == 200
-        }
-    })
+    s.wait_until_writable(
+        &s.scaler,
+        "w",
+        10,
+        Duration::from_secs(30),
+        "the upgrade's ownership is in force",
+    )
     .await;
     let mut process = server.process;
     assert!(process.0.try_wait().unwrap().is_none(), "the server was not restarted");

@@ -95,12 +95,25 @@ async fn configmap_rules_are_enforced_reloaded_live_and_never_broken_by_a_bad_ed
     let s = Scenario::new("e2e-configmap").await;
     server_identity(&s).await;
     let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.namespace);
-    write_configmap(&configmaps, EXAMPLE).await;
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = s.cluster.service_account_kubeconfig(&s.namespace, "statusguard").await;
     let source = format!("{}/{CONFIGMAP}", s.namespace);
     let server = BinaryServer::start(dir.path(), &["--configmap", &source], &[("KUBECONFIG", &kubeconfig)]).await;
+    // At start, without the ConfigMap and then with an invalid one: not
+    // ready, and /readyz says why; a valid one makes it ready.
+    eventually(
+        Duration::from_secs(30),
+        "/readyz says the ConfigMap is missing",
+        || async { matches!(server.get_admin("/readyz").await, Some((503, body)) if body.contains("not found")) },
+    )
+    .await;
+    write_configmap(&configmaps, &overlapping()).await;
+    eventually(Duration::from_secs(30), "/readyz says the document is invalid", || async {
+        matches!(server.get_admin("/readyz").await, Some((503, body)) if body.contains("invalid ownership document"))
+    })
+    .await;
+    write_configmap(&configmaps, EXAMPLE).await;
     server.wait_ready().await;
     let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
     s.register_at(server.tls, &ca_pem, false, || server.metrics()).await;
@@ -116,16 +129,12 @@ async fn configmap_rules_are_enforced_reloaded_live_and_never_broken_by_a_bad_ed
 
     // An edit that moves observedGeneration to the scaler takes effect without a restart.
     write_configmap(&configmaps, &moved()).await;
-    let mut value = 10;
-    eventually(
+    s.wait_until_writable(
+        &s.scaler,
+        "w",
+        10,
         Duration::from_secs(30),
         "the scaler may write observedGeneration",
-        || {
-            value += 1;
-            let v = value;
-            let s = &s;
-            async move { patch_observed_generation(s, &s.scaler, v).await == 200 }
-        },
     )
     .await;
     assert_eq!(patch_observed_generation(&s, &s.controller, 99).await, 409);
@@ -137,7 +146,7 @@ async fn configmap_rules_are_enforced_reloaded_live_and_never_broken_by_a_bad_ed
         "the invalid edit is reported in the metrics",
         || async {
             let metrics = server.metrics().await;
-            metric(&metrics, "statusguard_config_reloads_total{result=\"invalid\"}") == Some(1.0)
+            metric(&metrics, "statusguard_config_reloads_total{result=\"invalid\"}") == Some(2.0)
                 && metric(&metrics, "statusguard_rules_stale") == Some(1.0)
         },
     )
@@ -213,18 +222,15 @@ async fn configmap_rules_are_enforced_reloaded_live_and_never_broken_by_a_bad_ed
     .await;
     let configmaps: Api<ConfigMap> = Api::namespaced(admin, &s.namespace);
     write_configmap(&configmaps, &moved()).await;
-    let mut value = 60;
-    eventually(
-        Duration::from_secs(90),
-        "an edit after the restart takes effect",
-        || {
-            value += 1;
-            let v = value;
-            let s = &s;
-            async move { patch_observed_generation(s, &s.scaler, v).await == 200 }
-        },
-    )
-    .await;
+    let value = s
+        .wait_until_writable(
+            &s.scaler,
+            "w",
+            60,
+            Duration::from_secs(90),
+            "an edit after the restart takes effect",
+        )
+        .await;
     let stored: Value = s.get(&s.admin, "w").await;
     assert_eq!(stored["status"]["observedGeneration"], value);
     s.unregister().await;

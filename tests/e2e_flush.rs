@@ -373,3 +373,37 @@ async fn the_shared_status_example_shows_the_rollback_and_its_cure() {
         assert!(stdout.contains(expected), "{mode}: {stdout}");
     }
 }
+
+#[tokio::test]
+async fn a_writer_reads_its_ownership_from_the_webhooks_configmap() {
+    let (api, admin) = setup().await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin, NAMESPACE);
+    let cm = serde_json::from_value(json!({
+        "metadata": {"name": "flush-ownership"},
+        "data": {"ownership.yaml": statusguard::server::EMBEDDED_OWNERSHIP}
+    }))
+    .unwrap();
+    configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    let writer = StatusWriter::for_writer_from_configmap(
+        api.clone(),
+        NAMESPACE,
+        "flush-ownership",
+        "example.com",
+        "widgets",
+        "system:serviceaccount:platform:widget-scaler",
+    )
+    .await
+    .unwrap();
+    let mut staged = widget(&api, "from-configmap", json!({"observedGeneration": 1, "replicas": 3})).await;
+    staged.data["status"]["replicas"] = json!(4);
+    staged.data["status"]["observedGeneration"] = json!(0);
+    writer.flush(&mut staged).await.unwrap();
+    assert_eq!(
+        stored_status(&api, "from-configmap").await,
+        json!({"observedGeneration": 1, "replicas": 4})
+    );
+
+    let missing =
+        StatusWriter::for_writer_from_configmap(api.clone(), NAMESPACE, "nope", "example.com", "widgets", "x").await;
+    assert!(matches!(missing, Err(FlushError::ConfigMap(_))), "{missing:?}");
+}

@@ -176,14 +176,7 @@ async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
     // Still serving, and the errors were counted.
     let response = review_response(&client, &url, &stale_review()).await;
     assert_eq!(response["status"]["code"], 409);
-    let metrics = plain_client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(metrics.contains(r#"decision="error"} 7"#), "{metrics}");
 }
 
@@ -265,14 +258,7 @@ async fn rotation_in_place_is_served_to_new_connections_without_breaking_in_flig
             .await
             .is_err()
     );
-    let metrics = plain_client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains(r#"statusguard_tls_reloads_total{result="success"} 1"#),
         "{metrics}"
@@ -317,14 +303,7 @@ async fn a_half_written_rotation_keeps_the_old_pair_until_the_key_arrives() {
     assert_eq!(response["status"]["code"], 409);
     std::fs::write(dir.path().join("tls.key"), &next.key_pem).unwrap();
     wait_until_served_by(&server, &next.ca_pem).await;
-    let metrics = plain_client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains(r#"statusguard_tls_reloads_total{result="error"}"#),
         "{metrics}"
@@ -371,14 +350,7 @@ async fn metrics_name_decisions_violations_and_rules() {
     let mut skipped = stale_review();
     skipped["request"]["resource"]["resource"] = json!("gizmos");
     review_response(&client, &server.url("/validate"), &skipped).await;
-    let metrics = plain_client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     for expected in [
         r#"statusguard_admission_requests_total{endpoint="validate",group="example.com",resource="widgets",decision="denied"} 1"#,
         r#"statusguard_admission_requests_total{endpoint="validate",group="(unconfigured)",resource="(unconfigured)",decision="skipped"} 1"#,

@@ -101,6 +101,30 @@ impl Scenario {
         send(client, request).await
     }
 
+    /// Merge-patches `status.observedGeneration` of `name` as `who` with
+    /// values counting up from `from` until one is accepted (bounded by
+    /// `limit`); returns the value stored. For edits of the rules that take
+    /// effect within seconds.
+    pub async fn wait_until_writable(&self, who: &Client, name: &str, from: i64, limit: Duration, what: &str) -> i64 {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut value = from;
+        loop {
+            value += 1;
+            let written = self
+                .merge_patch_status(who, name, json!({"status": {"observedGeneration": value}}))
+                .await;
+            if written.code == 200 {
+                return value;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {limit:?} waiting for: {what}: {:?}",
+                written.body
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The bug: the scaler read the widget, then the controller wrote
     /// `observedGeneration: 2`; the scaler's full update conflicts, it
     /// refreshes only the resourceVersion and retries its stale copy with

@@ -69,6 +69,18 @@ impl RunningServer {
         format!("http://{}{path}", self.admin)
     }
 
+    /// The admin port's /metrics text.
+    pub async fn metrics(&self) -> String {
+        plain_client()
+            .get(self.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Starts the graceful shutdown; `done` finishes when it has drained.
     pub fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
