@@ -187,14 +187,17 @@ async fn configmap_rules_are_enforced_reloaded_live_and_never_broken_by_a_bad_ed
     assert_eq!(metric(&server.metrics().await, "statusguard_rules_stale"), Some(0.0));
 
     // Deleting the ConfigMap keeps the last rules.
+    let missing = |metrics: String| metric(&metrics, "statusguard_config_reloads_total{result=\"missing\"}");
+    let missing_before = missing(server.metrics().await);
+    assert_eq!(
+        missing_before,
+        Some(1.0),
+        "reported once at start, before the ConfigMap existed"
+    );
     configmaps.delete(CONFIGMAP, &DeleteParams::default()).await.unwrap();
     eventually(Duration::from_secs(30), "the deletion is reported", || async {
-        metric(
-            &server.metrics().await,
-            "statusguard_config_reloads_total{result=\"missing\"}",
-        )
-        .unwrap_or(0.0)
-            >= 1.0
+        missing(server.metrics().await) == Some(2.0)
+            && metric(&server.metrics().await, "statusguard_rules_stale") == Some(1.0)
     })
     .await;
     assert_eq!(

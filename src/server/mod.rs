@@ -158,10 +158,9 @@ impl Server {
             RulesSource::ConfigMap { namespace, name } => {
                 // Not ready until the watch delivers a first valid document.
                 let client = kube::Client::try_default().await?;
-                app.rules.reject(
-                    "missing",
-                    format!("waiting for the first valid document from ConfigMap {namespace}/{name}"),
-                );
+                app.rules.waiting(format!(
+                    "waiting for the first valid document from ConfigMap {namespace}/{name}"
+                ));
                 configmap_watch = Some((client, namespace.clone(), name.clone()));
             }
         }

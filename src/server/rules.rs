@@ -49,6 +49,12 @@ impl RuleStore {
         self.metrics.rules_rejected(result);
     }
 
+    /// Why the rules are not loaded yet, before the source was even read
+    /// (counted nowhere: nothing was rejected).
+    pub fn waiting(&self, why: String) {
+        self.problem.store(Arc::new(why));
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
