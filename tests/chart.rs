@@ -439,6 +439,8 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         );
     std::fs::write(&values_file, values(&moved)).unwrap();
     run_helm(&["upgrade", "sg", &chart, "-n", RELEASE_NAMESPACE, "-f", &values_path]);
+    let kept = secrets.get("sg-statusguard-tls").await.unwrap().data.unwrap();
+    assert_eq!(kept, data, "the generated certificate is kept across upgrades (lookup)");
     s.wait_until_writable(
         &s.scaler,
         "w",

@@ -431,6 +431,26 @@ async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() 
     .await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"code\":409"));
+    // One JSON log line for the denial, with the facts an operator needs.
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+    let denial: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["decision"] == "denied")
+        .unwrap_or_else(|| panic!("no denial logged:\n{log}"));
+    assert_eq!(denial["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(denial["writer"], "system:serviceaccount:platform:widget-scaler");
+    assert_eq!(
+        (denial["name"].as_str(), denial["namespace"].as_str()),
+        (Some("w1"), Some("shop"))
+    );
+    assert!(
+        denial["violations"]
+            .as_str()
+            .unwrap()
+            .contains("status.observedGeneration"),
+        "{denial}"
+    );
     let status = tokio::task::spawn_blocking(move || {
         let status = process.0.wait().unwrap();
         std::mem::forget(process);
