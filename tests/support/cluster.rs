@@ -361,7 +361,11 @@ impl Cluster {
     /// A kubeconfig file with a TokenRequest token of `namespace/name`.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
         let token = self.token(namespace, name).await;
-        let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
+        // Tests run in parallel and ask for the same identities: each gets a
+        // file of its own, never one another test is still writing.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = self.dir.join(format!("{namespace}-{name}-{n}.kubeconfig"));
         std::fs::write(
             &path,
             kubeconfig(&self.url, &self.ca_pem, &format!("{{token: {token}}}")),
