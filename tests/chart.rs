@@ -18,6 +18,9 @@ use support::scenario::Scenario;
 use support::webhook::{BinaryServer, eventually, free_port};
 
 const RELEASE_NAMESPACE: &str = "statusguard-system";
+/// Where the rendered manifests are applied: apart from the installed
+/// release, so that the two tests never touch each other's objects.
+const APPLY_NAMESPACE: &str = "statusguard-apply";
 
 fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/statusguard")
@@ -35,13 +38,17 @@ fn helm(home: &Path) -> Command {
 
 /// `helm template` with `values` (YAML); Ok(manifests) or Err(stderr).
 fn template(values: &str) -> Result<String, String> {
+    template_as("sg", RELEASE_NAMESPACE, values)
+}
+
+fn template_as(release: &str, namespace: &str, values: &str) -> Result<String, String> {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
     let output = helm(dir.path())
-        .args(["template", "sg"])
+        .args(["template", release])
         .arg(chart())
-        .args(["-n", RELEASE_NAMESPACE, "-f"])
+        .args(["-n", namespace, "-f"])
         .arg(&file)
         .output()
         .unwrap();
@@ -316,10 +323,11 @@ async fn the_rendered_manifests_are_accepted_by_the_api_server() {
     let cluster = Cluster::shared();
     let client = cluster.admin().await;
     integration_crds(&client).await;
-    cluster::namespace(&client, RELEASE_NAMESPACE, json!({})).await;
+    cluster::namespace(&client, APPLY_NAMESPACE, json!({})).await;
     let mut discovery = None;
     for (what, values, _, _) in configurations() {
-        let manifests = template(&values).unwrap();
+        // Another release name too: the webhook configurations are cluster-scoped.
+        let manifests = template_as("applied", APPLY_NAMESPACE, &values).unwrap();
         for doc in documents(&manifests) {
             let gvk = kube::api::GroupVersionKind::try_from(
                 &serde_json::from_value::<kube::api::TypeMeta>(doc.clone()).unwrap(),
@@ -341,7 +349,7 @@ async fn the_rendered_manifests_are_accepted_by_the_api_server() {
             let (resource, capabilities) =
                 resolved.unwrap_or_else(|| panic!("{what}: the API server does not know {gvk:?}"));
             let api: Api<DynamicObject> = match capabilities.scope {
-                Scope::Namespaced => Api::namespaced_with(client.clone(), RELEASE_NAMESPACE, &resource),
+                Scope::Namespaced => Api::namespaced_with(client.clone(), APPLY_NAMESPACE, &resource),
                 Scope::Cluster => Api::all_with(client.clone(), &resource),
             };
             let name = doc["metadata"]["name"].as_str().unwrap().to_owned();

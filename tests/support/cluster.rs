@@ -34,7 +34,7 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     pub assets: PathBuf,
     apiserver: Mutex<Option<Guarded>>,
-    etcd: Guarded,
+    etcd: Mutex<Guarded>,
     apiserver_args: Vec<String>,
 }
 
@@ -50,14 +50,20 @@ struct Guarded {
 fn guarded(program: &Path, args: &[String], log: &Path, cleanup: &Path) -> Result<Guarded, String> {
     let script = r#"
 log=$1; cleanup=$2; shift 2
-"$@" >"$log" 2>&1 </dev/null &
+exec 3<&0
+"$@" >"$log" 2>&1 </dev/null 3<&- &
 pid=$!
-# Wait for EOF on stdin: the test process is gone, or asked us to stop.
-while read -r _; do :; done
-# Nothing of a test cluster is worth keeping: stop at once.
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
+# EOF on the pipe: the test process is gone, or asked us to stop. Nothing of
+# a test cluster is worth keeping: stop at once.
+{ while read -r _ <&3; do :; done; kill -KILL "$pid" 2>/dev/null; } &
+watcher=$!
+exec 3<&-
+# The guard ends with the process, so that an early exit is seen at once.
+wait "$pid"
+status=$?
+kill "$watcher" 2>/dev/null
 [ -n "$cleanup" ] && rm -rf "$cleanup"
+exit "$status"
 "#;
     let mut child = Command::new("bash")
         .arg("-c")
@@ -207,7 +213,19 @@ impl Cluster {
         }
     }
 
+    /// Starts a control plane, trying new ports when one chosen was taken
+    /// before the process could bind it.
     fn start() -> Result<Cluster, String> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e) if e.contains("address already in use") && attempt < 3 => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once() -> Result<Cluster, String> {
         let assets = assets()?;
         let dir = tempfile::Builder::new()
             .prefix("statusguard-cluster-")
@@ -282,7 +300,7 @@ impl Cluster {
             kubeconfig,
             assets,
             apiserver: Mutex::new(Some(apiserver)),
-            etcd,
+            etcd: Mutex::new(etcd),
             apiserver_args,
         };
         cluster.wait_ready(Duration::from_secs(180))?;
@@ -307,6 +325,11 @@ impl Cluster {
                     log_tail(&self.dir.join("kube-apiserver.log"))
                 ));
             }
+            if let Ok(mut etcd) = self.etcd.lock()
+                && let Ok(Some(status)) = etcd.child.try_wait()
+            {
+                return Err(format!("etcd exited ({status}); its log:\n{}", etcd.log_tail()));
+            }
             let ready = runtime.block_on(async {
                 let client = client_from_kubeconfig(&kubeconfig).await.ok()?;
                 let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
@@ -319,7 +342,7 @@ impl Cluster {
                 return Err(format!(
                     "kube-apiserver was not ready after {limit:?}; its log:\n{}\netcd's log:\n{}",
                     log_tail(&self.dir.join("kube-apiserver.log")),
-                    self.etcd.log_tail()
+                    log_tail(&self.dir.join("etcd.log"))
                 ));
             }
             std::thread::sleep(Duration::from_millis(250));
