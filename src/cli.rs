@@ -276,6 +276,9 @@ async fn check(args: &CheckArgs) -> ExitCode {
                     );
                 }
             }
+            if args.file.is_some() {
+                text += &writer_hints(&rules).await;
+            }
             print_out(&text);
             ExitCode::SUCCESS
         }
@@ -287,6 +290,42 @@ async fn check(args: &CheckArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// When a cluster is reachable (in-cluster config or KUBECONFIG), a hint for
+/// every service-account writer that does not exist there: a misspelled
+/// writer owns nothing the webhook will ever see. Silent when no cluster is
+/// configured; never an error.
+async fn writer_hints(rules: &Ownership) -> String {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let Ok(client) = kube::Client::try_default().await else {
+        return String::new();
+    };
+    let mut accounts: Vec<(&str, &str)> = rules
+        .resources()
+        .iter()
+        .flat_map(|r| &r.writers)
+        .filter_map(|w| w.username.strip_prefix("system:serviceaccount:")?.split_once(':'))
+        .collect();
+    accounts.sort();
+    accounts.dedup();
+    let lookups = async {
+        let mut hints = String::new();
+        for (namespace, name) in accounts {
+            let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), namespace);
+            match api.get_opt(name).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    hints += &format!("  hint: ServiceAccount {namespace}/{name} does not exist in the cluster\n")
+                }
+                Err(e) => return format!("  (cluster hints skipped: {e})\n"),
+            }
+        }
+        hints
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), lookups)
+        .await
+        .unwrap_or_else(|_| "  (cluster hints skipped: the cluster did not answer in 10 s)\n".to_owned())
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.

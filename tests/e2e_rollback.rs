@@ -195,3 +195,28 @@ async fn patches_are_judged_like_a_full_update(s: &Scenario, mode: &str) {
         assert_eq!(after, before, "{mode}: the controller's value stays");
     }
 }
+
+#[tokio::test]
+async fn check_hints_at_service_account_writers_the_cluster_does_not_have() {
+    let s = Scenario::new("e2e-check").await;
+    let dir = tempfile::tempdir().unwrap();
+    let document = dir.path().join("ownership.yaml");
+    let text = include_str!("../examples/ownership.yaml").replace("platform/widget-scaler", "platform/widget-scalr");
+    std::fs::write(&document, text).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"))
+        .arg("check")
+        .arg(&document)
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("hint: ServiceAccount platform/widget-scalr does not exist"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("platform/widget-controller does not exist"),
+        "{stdout}"
+    );
+}
