@@ -96,6 +96,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The user name that wrote, as the API server reported it.
     pub writer: String,
+    /// The request's group/resource is named by the rules (so it may label metrics).
+    pub guarded: bool,
     /// The violations this decision acted on (denied, restored or reported).
     pub violations: Vec<Violation>,
     pub response: AdmissionResponse,
@@ -122,15 +124,18 @@ pub fn decide(
     endpoint: Endpoint,
 ) -> Result<Decision, DecisionError> {
     let writer = request.user_info.username.clone().unwrap_or_default();
+    let guarded_resource = rules.resource(&request.resource.group, &request.resource.resource);
     let decision = |outcome, violations, response| Decision {
         outcome,
         writer: writer.clone(),
+        guarded: guarded_resource.is_some(),
         violations,
         response,
     };
+
     let allow = AdmissionResponse::from(request);
 
-    let resource_rules = match rules.resource(&request.resource.group, &request.resource.resource) {
+    let resource_rules = match guarded_resource {
         Some(r) if request.operation == Operation::Update && request.sub_resource.as_deref() == Some("status") => r,
         _ => return Ok(decision(Outcome::Skipped, vec![], allow)),
     };
@@ -364,31 +369,29 @@ fn restore(
             })
         }
         Some(value) => {
-            // Walk down while parents are objects; create the rest of the
-            // path in one `add` where the first missing or non-object parent is.
+            // Walk down from the root (`work` is always `{"status": …}`)
+            // while parents are objects; create the rest of the path in one
+            // `add` where the first missing or non-object parent is.
+            let path: Vec<&str> = std::iter::once("status")
+                .chain(segments.iter().map(String::as_str))
+                .collect();
             let mut depth = 0;
-            let mut node = work.get("status");
-            while depth < segments.len() - 1 {
-                match node.and_then(|n| n.get(&segments[depth])) {
+            let mut node: &Value = work;
+            while depth < path.len() - 1 {
+                match node.get(path[depth]) {
                     Some(child) if child.is_object() => {
-                        node = Some(child);
+                        node = child;
                         depth += 1;
                     }
                     _ => break,
                 }
             }
-            let status_is_object = work.get("status").is_some_and(Value::is_object);
-            let (at, nested) = if status_is_object {
-                (&segments[..=depth], &segments[depth + 1..])
-            } else {
-                (&segments[..0], segments)
-            };
             let mut built = value.clone();
-            for key in nested.iter().rev() {
-                built = Value::Object([(key.clone(), built)].into_iter().collect());
+            for key in path[depth + 1..].iter().rev() {
+                built = Value::Object([((*key).to_owned(), built)].into_iter().collect());
             }
             PatchOperation::Add(AddOperation {
-                path: status_pointer(at),
+                path: jsonptr::PointerBuf::from_tokens(path[..=depth].iter().copied()),
                 value: built,
             })
         }

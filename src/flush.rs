@@ -322,13 +322,16 @@ where
     /// server's response, so no undeclared staged value survives in memory.
     pub async fn flush(&self, staged: &mut K) -> Result<FlushReport, FlushError> {
         let name = staged.meta().name.clone().ok_or(FlushError::MissingMetadata("name"))?;
+        // The staged object as JSON, kept in step with `staged` across retries.
+        let mut staged_json = serde_json::to_value(&*staged)?;
         if let Some(owned) = &self.owned {
             // Fail before any write on a declared path that the staged value cannot hold.
-            let staged_json = serde_json::to_value(&*staged)?;
-            for path in &owned.fields {
-                if runs_below_non_object(staged_json.get("status"), path) {
-                    return Err(FlushError::BelowNonObject { path: path.to_string() });
-                }
+            if let Some(path) = owned
+                .fields
+                .iter()
+                .find(|p| runs_below_non_object(staged_json.get("status"), p))
+            {
+                return Err(FlushError::BelowNonObject { path: path.to_string() });
             }
         }
         let mut attempt = 0;
@@ -336,7 +339,7 @@ where
             attempt += 1;
             let result = match &self.owned {
                 None => self.api.replace_status(&name, &PostParams::default(), &*staged).await,
-                Some(owned) => self.patch_attempt(&name, staged, owned).await?,
+                Some(owned) => self.patch_attempt(&name, &staged_json, owned).await?,
             };
             match result {
                 Ok(written) => {
@@ -346,7 +349,8 @@ where
                 Err(kube::Error::Api(e)) if e.code == 409 && attempt < self.retry.attempts => {
                     tracing::debug!(%name, attempt, reason = %e.message, "status write conflicted; refreshing and retrying");
                     tokio::time::sleep(self.retry.delay_before(attempt + 1)).await;
-                    self.refresh(&name, staged).await?;
+                    self.refresh(&name, &mut staged_json).await?;
+                    *staged = serde_json::from_value(staged_json.clone())?;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     return Err(FlushError::Conflict {
@@ -360,21 +364,23 @@ where
     }
 
     /// One owned-fields attempt: live read, uid check, merge patch.
-    async fn patch_attempt(&self, name: &str, staged: &K, owned: &Owned) -> Result<kube::Result<K>, FlushError> {
+    async fn patch_attempt(&self, name: &str, staged: &Value, owned: &Owned) -> Result<kube::Result<K>, FlushError> {
         let stored = self.read_json(name).await?;
-        let staged_json = serde_json::to_value(staged)?;
-        let staged_uid = staged.meta().uid.clone().ok_or(FlushError::MissingMetadata("uid"))?;
-        let stored_uid = stored
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let uid = |object: &Value| {
+            object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let staged_uid = uid(staged).ok_or(FlushError::MissingMetadata("uid"))?;
+        let stored_uid = uid(&stored).unwrap_or_default();
         if stored_uid != staged_uid {
             return Err(FlushError::UidMismatch {
                 staged: staged_uid,
-                stored: stored_uid.to_owned(),
+                stored: stored_uid,
             });
         }
-        let patch = status_merge_patch(&owned.fields, &self.conditions_path, &staged_json, &stored)?;
+        let patch = status_merge_patch(&owned.fields, &self.conditions_path, staged, &stored)?;
         tracing::debug!(%name, %patch, "status merge patch");
         Ok(self
             .api
@@ -384,9 +390,8 @@ where
 
     /// After a conflict: the stored resourceVersion, and every condition the
     /// writer does not own as the server holds it.
-    async fn refresh(&self, name: &str, staged: &mut K) -> Result<(), FlushError> {
+    async fn refresh(&self, name: &str, json: &mut Value) -> Result<(), FlushError> {
         let stored = self.read_json(name).await?;
-        let mut json = serde_json::to_value(&*staged)?;
         if let (Some(rv), Some(meta)) = (stored.pointer("/metadata/resourceVersion"), json.get_mut("metadata")) {
             meta["resourceVersion"] = rv.clone();
         }
@@ -399,11 +404,8 @@ where
                 stored_conditions.map(Vec::as_slice).unwrap_or_default(),
                 &self.owned_conditions,
             );
-            let mut segments = vec!["status".to_owned()];
-            segments.extend(self.conditions_path.segments().iter().cloned());
-            insert_at(&mut json, &segments, Value::Array(merged));
+            set_in_status(json, &self.conditions_path, Value::Array(merged));
         }
-        *staged = serde_json::from_value(json)?;
         Ok(())
     }
 
@@ -451,22 +453,18 @@ pub fn status_merge_patch(
     let mut patch = serde_json::json!({ "metadata": { "resourceVersion": resource_version } });
     let (staged_status, stored_status) = (staged.get("status"), stored.get("status"));
     for path in owned {
-        let mut segments = vec!["status".to_owned()];
-        segments.extend(path.segments().iter().cloned());
         let staged_value = value_at(staged_status, path.segments());
         let stored_value = value_at(stored_status, path.segments());
         match (staged_value, stored_value) {
-            (Some(value), stored) => insert_at(&mut patch, &segments, replacing(value, stored)),
+            (Some(value), stored) => set_in_status(&mut patch, path, replacing(value, stored)),
             // The server holds it (below object parents, or value_at would
             // not have found it) and the staged object does not: remove it.
-            (None, Some(_)) => insert_at(&mut patch, &segments, Value::Null),
+            (None, Some(_)) => set_in_status(&mut patch, path, Value::Null),
             (None, None) => {}
         }
     }
     if let Some(list) = value_at(staged_status, conditions_path.segments()) {
-        let mut segments = vec!["status".to_owned()];
-        segments.extend(conditions_path.segments().iter().cloned());
-        insert_at(&mut patch, &segments, list.clone());
+        set_in_status(&mut patch, conditions_path, list.clone());
     }
     Ok(patch)
 }
@@ -492,25 +490,18 @@ fn replacing(staged: &Value, stored: Option<&Value>) -> Value {
     }
 }
 
-/// Sets `segments` in `root` to `value`, creating object parents as needed.
-fn insert_at(root: &mut Value, segments: &[String], value: Value) {
-    let Some((last, parents)) = segments.split_last() else {
-        return;
-    };
+/// Sets `status.<path>` in `root` to `value`, making object parents
+/// (replacing any non-object on the way) as needed.
+fn set_in_status(root: &mut Value, path: &FieldPath, value: Value) {
     let mut current = root;
-    for segment in parents {
+    for segment in std::iter::once("status").chain(path.segments().iter().map(String::as_str)) {
         if !current.is_object() {
             *current = Value::Object(Map::new());
         }
         let Value::Object(map) = current else { return };
-        current = map.entry(segment.clone()).or_insert_with(|| Value::Object(Map::new()));
+        current = map.entry(segment).or_insert(Value::Null);
     }
-    if !current.is_object() {
-        *current = Value::Object(Map::new());
-    }
-    if let Value::Object(map) = current {
-        map.insert(last.clone(), value);
-    }
+    *current = value;
 }
 
 fn condition_type(item: &Value) -> Option<&str> {

@@ -14,7 +14,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::decision::{Decision, Endpoint};
-use crate::ownership::Ownership;
 
 /// The group/resource label of a request for a resource the rules do not name.
 pub const UNCONFIGURED: &str = "(unconfigured)";
@@ -134,18 +133,12 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one answered review.
-    pub fn decision(
-        &self,
-        endpoint: Endpoint,
-        rules: &Ownership,
-        decision: &Decision,
-        group: &str,
-        resource: &str,
-        took: Duration,
-    ) {
-        let (group, resource) = match rules.resource(group, resource) {
-            Some(r) => (r.group.clone(), r.resource.clone()),
-            None => (UNCONFIGURED.to_owned(), UNCONFIGURED.to_owned()),
+    pub fn decision(&self, endpoint: Endpoint, decision: &Decision, group: &str, resource: &str, took: Duration) {
+        // Only resources the rules name become label values: bounded by configuration.
+        let (group, resource) = if decision.guarded {
+            (group.to_owned(), resource.to_owned())
+        } else {
+            (UNCONFIGURED.to_owned(), UNCONFIGURED.to_owned())
         };
         for v in &decision.violations {
             self.violations

@@ -4,7 +4,6 @@
 use base64::Engine as _;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND};
-use serde_json::Value;
 
 /// Why a body is not an admission review statusguard can answer.
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +42,34 @@ pub fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Rev
 ///
 /// kube's `AdmissionResponse` serializes `patch` as an array of numbers
 /// (kube-rs/kube#1781); the API documents, and the API server expects, a
-/// base64 string, so that one field is rewritten.
-pub fn encode_response(response: AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
-    let mut review = serde_json::to_value(response.into_review()).map_err(ReviewError::Encode)?;
-    if let Some(patch) = review.pointer_mut("/response/patch") {
-        let bytes: Vec<u8> = serde_json::from_value(patch.take()).map_err(ReviewError::Encode)?;
-        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+/// base64 string. The patch bytes are taken out and written beside the rest
+/// of the response in that form, in one serialization pass.
+pub fn encode_response(mut response: AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
+    #[derive(serde::Serialize)]
+    struct WireResponse<'a> {
+        #[serde(flatten)]
+        response: &'a AdmissionResponse,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch: Option<String>,
     }
+    #[derive(serde::Serialize)]
+    struct WireReview<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        kind: &'a str,
+        response: WireResponse<'a>,
+    }
+    let patch = response
+        .patch
+        .take()
+        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+    let review = WireReview {
+        api_version: &response.types.api_version,
+        kind: &response.types.kind,
+        response: WireResponse {
+            response: &response,
+            patch,
+        },
+    };
     serde_json::to_vec(&review).map_err(ReviewError::Encode)
 }

@@ -8,6 +8,7 @@
 
 mod path;
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -133,7 +134,9 @@ pub struct Ownership {
     pub exempt_users: BTreeSet<String>,
     pub exempt_groups: BTreeSet<String>,
     resources: Vec<ResourceRules>,
-    index: HashMap<(String, String), usize>,
+    /// group -> resource -> position in `resources`; looked up with
+    /// borrowed strings, so the webhook's request path allocates nothing.
+    index: HashMap<String, HashMap<String, usize>>,
 }
 
 /// The rules of one group/resource.
@@ -184,9 +187,8 @@ impl Ownership {
 
     /// The rules of a group/resource, if it is configured.
     pub fn resource(&self, group: &str, resource: &str) -> Option<&ResourceRules> {
-        self.index
-            .get(&(group.to_owned(), resource.to_owned()))
-            .map(|&i| &self.resources[i])
+        let &i = self.index.get(group)?.get(resource)?;
+        self.resources.get(i)
     }
 
     pub fn resources(&self) -> &[ResourceRules] {
@@ -199,19 +201,12 @@ impl Ownership {
 
     /// A one-line summary for `check` and logs.
     pub fn summary(&self) -> String {
-        let writers: usize = self.resources.iter().map(|r| r.writers.len()).sum();
-        let fields: usize = self
-            .resources
-            .iter()
-            .flat_map(|r| &r.writers)
-            .map(|w| w.fields.len())
-            .sum();
-        let conditions: usize = self
-            .resources
-            .iter()
-            .flat_map(|r| &r.writers)
-            .map(|w| w.conditions.len())
-            .sum();
+        let (mut writers, mut fields, mut conditions) = (0, 0, 0);
+        for w in self.resources.iter().flat_map(|r| &r.writers) {
+            writers += 1;
+            fields += w.fields.len();
+            conditions += w.conditions.len();
+        }
         format!(
             "{} resources, {writers} writers, {fields} fields, {conditions} condition types (default mode {})",
             self.resources.len(),
@@ -254,8 +249,9 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
         }
     }
 
-    let mut resources = Vec::new();
-    let mut index = HashMap::new();
+    let mut resources: Vec<ResourceRules> = Vec::new();
+    // Where each group/resource was first declared, for the duplicate error.
+    let mut first_seen: HashMap<(String, String), usize> = HashMap::new();
     for (i, r) in doc.resources.into_iter().enumerate() {
         let at = format!("resources[{i}] ({}/{})", r.group, r.resource);
         if r.resource.is_empty() {
@@ -266,19 +262,25 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
                 "{at}: resource is the plural name only; statusguard always guards its /status"
             ));
         }
-        let key = (r.group.clone(), r.resource.clone());
-        if let Some(&first) = index.get(&key) {
-            problems.push(format!("{at}: the same group/resource as resources[{first}]"));
+        match first_seen.entry((r.group.clone(), r.resource.clone())) {
+            Entry::Occupied(first) => {
+                problems.push(format!("{at}: the same group/resource as resources[{}]", first.get()));
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(i);
+            }
         }
         if let Some(rules) = compile_resource(r, doc.mode, &at, &mut problems) {
-            index.entry(key).or_insert(i);
             resources.push(rules);
         }
     }
     if !problems.is_empty() {
         return Err(OwnershipError::Invalid(problems));
     }
-    // The index was built from positions in the document; resources kept the same order.
+    let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+    for (i, r) in resources.iter().enumerate() {
+        index.entry(r.group.clone()).or_default().insert(r.resource.clone(), i);
+    }
     Ok(Ownership {
         default_mode: doc.mode,
         exempt_users: doc.exempt.users.into_iter().collect(),

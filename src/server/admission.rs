@@ -95,7 +95,7 @@ fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, (Statu
     log_decision(endpoint, &request, &decision);
     let (group, resource) = (&request.resource.group, &request.resource.resource);
     app.metrics
-        .decision(endpoint, &rules, &decision, group, resource, started.elapsed());
+        .decision(endpoint, &decision, group, resource, started.elapsed());
     let body = encode_response(decision.response).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
