@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster;
 use support::scenario::Scenario;
-use support::webhook::{BinaryServer, eventually};
+use support::webhook::{BinaryServer, eventually, metric};
 
 const CONFIGMAP: &str = "statusguard-ownership";
 const EXAMPLE: &str = include_str!("../examples/ownership.yaml");
@@ -80,14 +80,6 @@ async fn patch_observed_generation(s: &Scenario, who: &kube::Client, value: i64)
     s.merge_patch_status(who, "w", json!({"status": {"observedGeneration": value}}))
         .await
         .code
-}
-
-fn metric(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]

@@ -285,3 +285,11 @@ impl BinaryServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// The value of one series (`name{labels}` exactly as exposed) in a
+/// Prometheus text exposition.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
