@@ -11,7 +11,8 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use statusguard::server::{RulesSource, ServeConfig, Server};
+use statusguard::rules::RulesSource;
+use statusguard::server::{ServeConfig, Server};
 use statusguard::tls::{CertFiles, generate_certificates};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

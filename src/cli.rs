@@ -1,7 +1,7 @@
 //! The command line: `serve`, `check`, `review`, `gen-certs`.
 //! Every flag has a `STATUSGUARD_*` environment twin.
 
-use std::io::Read as _;
+use std::io::{IsTerminal as _, Read as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,12 +10,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::decision::{Endpoint, decide};
+use crate::decision::Endpoint;
 use crate::ownership::Ownership;
-use crate::review::{encode_response, parse_request};
-use crate::server::{RulesSource, ServeConfig, Server, shutdown_signal};
+use crate::pipeline::{Verdict, answer};
+use crate::rules::{ConfigMapRef, LoadError, RulesSource};
+use crate::server::{ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
 
+/// `statusguard`'s arguments.
 #[derive(Debug, Parser)]
 #[command(
     name = "statusguard",
@@ -23,6 +25,7 @@ use crate::tls::{CertFiles, generate_certificates};
     about = "Ownership of shared Kubernetes status fields"
 )]
 pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
     /// Log format.
@@ -39,12 +42,16 @@ pub struct Cli {
     pub log_level: String,
 }
 
+/// How logs are written to stderr.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines, in colour on a terminal.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 // Parsed once per process: the size of the serve variant does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -59,21 +66,23 @@ pub enum Command {
     GenCerts(GenCertsArgs),
 }
 
+/// `statusguard serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The ownership document. Without it (and without --configmap) the
-    /// embedded example document is used.
+    /// The ownership document, or a ConfigMap manifest holding it. Without it
+    /// (and without --configmap) the embedded example document is used.
     #[arg(long, env = "STATUSGUARD_OWNERSHIP", conflicts_with = "configmap")]
     pub ownership: Option<PathBuf>,
     /// NAMESPACE/NAME of a ConfigMap whose key `ownership.yaml` holds the document (cluster mode).
-    #[arg(long, env = "STATUSGUARD_CONFIGMAP", value_parser = parse_namespaced)]
-    pub configmap: Option<(String, String)>,
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
+    pub configmap: Option<ConfigMapRef>,
     /// HTTPS address of /validate and /mutate.
     #[arg(long, default_value = "0.0.0.0:8443", env = "STATUSGUARD_LISTEN")]
     pub listen: SocketAddr,
     /// Plain-HTTP address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", env = "STATUSGUARD_ADMIN_LISTEN")]
     pub admin_listen: SocketAddr,
+    /// The serving certificate.
     #[command(flatten)]
     pub tls: TlsArgs,
     /// Largest request body accepted; larger ones get 413.
@@ -90,6 +99,7 @@ pub struct ServeArgs {
     pub shutdown_timeout: Duration,
 }
 
+/// The serving certificate.
 #[derive(Debug, Args)]
 pub struct TlsArgs {
     /// PEM certificate chain, leaf first; re-read when it changes.
@@ -109,6 +119,7 @@ pub struct TlsArgs {
     pub tls_sans: Vec<String>,
 }
 
+/// `statusguard check`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
 pub struct CheckArgs {
@@ -117,10 +128,11 @@ pub struct CheckArgs {
     pub file: Option<PathBuf>,
     /// Check the live ConfigMap NAMESPACE/NAME instead, as the server would
     /// read it (in-cluster config, or KUBECONFIG).
-    #[arg(long, env = "STATUSGUARD_CONFIGMAP", value_parser = parse_namespaced)]
-    pub configmap: Option<(String, String)>,
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
+    pub configmap: Option<ConfigMapRef>,
 }
 
+/// `statusguard review`.
 #[derive(Debug, Args)]
 pub struct ReviewArgs {
     /// The ownership document (or a ConfigMap manifest holding it).
@@ -133,12 +145,16 @@ pub struct ReviewArgs {
     pub review: PathBuf,
 }
 
+/// Which endpoint `review` answers as.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum EndpointArg {
+    /// `/validate`.
     Validate,
+    /// `/mutate`.
     Mutate,
 }
 
+/// `statusguard gen-certs`.
 #[derive(Debug, Args)]
 pub struct GenCertsArgs {
     /// Folder to write ca.crt, tls.crt and tls.key into.
@@ -149,20 +165,12 @@ pub struct GenCertsArgs {
     pub tls_sans: Vec<String>,
 }
 
-fn parse_namespaced(text: &str) -> Result<(String, String), String> {
-    match text.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_owned(), name.to_owned()))
-        }
-        _ => Err(format!("{text:?} is not NAMESPACE/NAME")),
-    }
-}
-
 impl ServeArgs {
+    /// The server's configuration from the arguments.
     pub fn into_config(self) -> ServeConfig {
         let rules = match (self.ownership, self.configmap) {
             (Some(path), _) => RulesSource::File(path),
-            (None, Some((namespace, name))) => RulesSource::ConfigMap { namespace, name },
+            (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
             (None, None) => RulesSource::Embedded,
         };
         let tls_files = match (self.tls.tls_cert, self.tls.tls_key) {
@@ -185,12 +193,14 @@ impl ServeArgs {
     }
 }
 
-/// Sets up logging to stderr in the chosen format.
+/// Sets up logging to stderr in the chosen format; colour only when stderr
+/// is a terminal, so a file or a pipe gets no escape codes.
 pub fn init_logging(format: LogFormat, filter: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -198,12 +208,13 @@ pub fn init_logging(format: LogFormat, filter: &str) {
     }
 }
 
-/// Runs a parsed command line.
-pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// Runs a parsed command line. `on_second_signal` runs when `serve` gets a
+/// second SIGTERM or SIGINT while it drains (the binary exits at once).
+pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => {
             let server = Server::bind(args.into_config()).await?;
-            server.run(shutdown_signal()).await;
+            server.run(shutdown_signal(on_second_signal)).await;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(check(&args).await),
@@ -230,32 +241,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 async fn check(args: &CheckArgs) -> ExitCode {
-    let (origin, checked) = match (&args.file, &args.configmap) {
-        (Some(file), _) => {
-            let origin = file.display().to_string();
-            match std::fs::read_to_string(file) {
-                Ok(text) => (
-                    origin,
-                    Ownership::from_document_or_configmap(&text).map_err(|e| e.problems()),
-                ),
-                Err(e) => (origin, Err(vec![format!("cannot read: {e}")])),
-            }
+    let source = match (&args.file, &args.configmap) {
+        (Some(file), _) => RulesSource::File(file.clone()),
+        (None, Some(configmap)) => RulesSource::ConfigMap(configmap.clone()),
+        (None, None) => {
+            eprintln!("statusguard check: give FILE or --configmap NAMESPACE/NAME");
+            return ExitCode::from(2);
         }
-        (None, Some((namespace, name))) => {
-            let origin = format!("ConfigMap {namespace}/{name}");
-            let checked = match kube::Client::try_default().await {
-                Ok(client) => crate::configmap::fetch_ownership(client, namespace, name)
-                    .await
-                    .map_err(|e| match e {
-                        crate::configmap::ConfigMapError::Invalid { source, .. } => source.problems(),
-                        other => vec![other.to_string()],
-                    }),
-                Err(e) => Err(vec![format!("cannot reach the Kubernetes API: {e}")]),
-            };
-            (origin, checked)
-        }
-        (None, None) => unreachable_by_clap(),
     };
+    let origin = source.to_string();
+    let checked = match &source {
+        RulesSource::ConfigMap(configmap) => match kube::Client::try_default().await {
+            Ok(client) => source.load(&client).await,
+            Err(e) => Err(LoadError::Kube {
+                configmap: configmap.clone(),
+                source: e,
+            }),
+        },
+        local => local.load_local(),
+    }
+    .map_err(|e| match e {
+        // The source is named once, in the heading.
+        LoadError::Invalid { source, .. } => source.problems(),
+        other => other.problems(),
+    });
     match checked {
         Ok(rules) => {
             let mut text = format!("{origin}: valid: {}\n", rules.summary());
@@ -334,29 +343,40 @@ fn print_out(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
-/// clap's argument group requires exactly one of FILE and --configmap.
-fn unreachable_by_clap() -> ! {
-    eprintln!("statusguard check: give FILE or --configmap NAMESPACE/NAME");
-    std::process::exit(2)
-}
-
 fn review(args: &ReviewArgs) -> ExitCode {
-    match answer_review(args) {
-        Ok(json) => {
-            print_out(&format!("{json}\n"));
-            ExitCode::SUCCESS
-        }
+    let (rules, body) = match read_review_inputs(args) {
+        Ok(inputs) => inputs,
         Err(e) => {
             eprintln!("statusguard review: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let endpoint = match args.endpoint {
+        EndpointArg::Validate => Endpoint::Validate,
+        EndpointArg::Mutate => Endpoint::Mutate,
+    };
+    let answer = answer(Some(&rules), &body, endpoint);
+    match &answer.verdict {
+        Verdict::Decided(_) => {
+            print_out(&format!("{}\n", String::from_utf8_lossy(&answer.body)));
+            ExitCode::SUCCESS
+        }
+        // What the server would send, and a non-zero exit: the input was bad.
+        Verdict::Refused { reason, .. } => {
+            print_out(&format!("{}\n", String::from_utf8_lossy(&answer.body)));
+            eprintln!("statusguard review: cannot decide: {reason}");
             ExitCode::from(2)
         }
+        Verdict::Failed { reason } => {
+            eprintln!("statusguard review: {reason}");
+            ExitCode::from(2)
+        }
+        Verdict::NotReady => ExitCode::from(2),
     }
 }
 
-fn answer_review(args: &ReviewArgs) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(&args.ownership)
-        .with_context(|| format!("cannot read {}", args.ownership.display()))?;
-    let rules = Ownership::from_document_or_configmap(&text).with_context(|| args.ownership.display().to_string())?;
+fn read_review_inputs(args: &ReviewArgs) -> anyhow::Result<(Ownership, Vec<u8>)> {
+    let rules = RulesSource::File(args.ownership.clone()).load_local()?;
     let body = if args.review.as_os_str() == "-" {
         let mut body = Vec::new();
         std::io::stdin()
@@ -366,11 +386,5 @@ fn answer_review(args: &ReviewArgs) -> anyhow::Result<String> {
     } else {
         std::fs::read(&args.review).with_context(|| format!("cannot read {}", args.review.display()))?
     };
-    let request = parse_request(&body)?;
-    let endpoint = match args.endpoint {
-        EndpointArg::Validate => Endpoint::Validate,
-        EndpointArg::Mutate => Endpoint::Mutate,
-    };
-    let decision = decide(&rules, &request, endpoint)?;
-    Ok(String::from_utf8(encode_response(decision.response)?)?)
+    Ok((rules, body))
 }

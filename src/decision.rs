@@ -2,27 +2,36 @@
 //!
 //! No I/O, no clock. The API server sends UPDATE for PUT and for every kind
 //! of PATCH alike, so the decision is made on the difference between
-//! `oldObject` and `object`, never on the verb.
+//! `oldObject` and `object`, never on the verb. Only the status paths the
+//! rules name are parsed ([`project_status`]); exempt writers and requests
+//! that are not guarded status updates never have their objects parsed.
+//!
+//! Values are compared with [`same_value`]: absent and `null` are the same at
+//! every depth inside an owned value, numbers compare exactly, a condition
+//! type by its list items in any order.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use json_patch::{Patch, PatchOperation, RemoveOperation};
+use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
 use serde_json::Value;
 
-use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, status_pointer, value_at};
+use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, condition_type, same_value};
+use crate::review::{Depth, ProjectError, ReviewRequest, nesting_depth, project_status};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
+    /// The validating webhook: denies (enforce, trim) or warns (audit).
     Validate,
+    /// The mutating webhook: restores others' items (trim).
     Mutate,
 }
 
 impl Endpoint {
+    /// The endpoint's name, for logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::Validate => "validate",
@@ -49,6 +58,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome's name, for logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Skipped => "skipped",
@@ -64,7 +74,9 @@ impl Outcome {
 /// An owned item of the status.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Item {
+    /// A field path below `.status`.
     Field(FieldPath),
+    /// A condition type.
     Condition(String),
 }
 
@@ -80,7 +92,9 @@ impl fmt::Display for Item {
 /// A change by `writer` to an `item` that `owner` owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
+    /// What was changed.
     pub item: Item,
+    /// Who owns it.
     pub owner: String,
 }
 
@@ -90,27 +104,83 @@ impl fmt::Display for Violation {
     }
 }
 
+/// The metric label of a request for a resource the rules do not name:
+/// labels are bounded by configuration, never by what requests carry.
+pub const UNCONFIGURED: &str = "(unconfigured)";
+
 /// The decision on one request.
 #[derive(Debug, Clone)]
 pub struct Decision {
+    /// What was decided.
     pub outcome: Outcome,
     /// The user name that wrote, as the API server reported it.
     pub writer: String,
-    /// The request's group/resource is named by the rules (so it may label metrics).
-    pub guarded: bool,
+    /// The group and resource as metric labels: the configured names, or
+    /// [`UNCONFIGURED`] for both when the rules do not name the resource.
+    pub labels: ResourceLabels,
     /// The violations this decision acted on (denied, restored or reported).
     pub violations: Vec<Violation>,
+    /// The answer to send.
     pub response: AdmissionResponse,
+}
+
+/// The group and resource a decision counts under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResourceLabels {
+    /// The API group, or [`UNCONFIGURED`].
+    pub group: String,
+    /// The plural resource name, or [`UNCONFIGURED`].
+    pub resource: String,
 }
 
 /// A request that cannot be decided: the API server never sends one.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecisionError {
+    /// A status UPDATE without `object` or `oldObject`.
     #[error("a status UPDATE review must carry {0}")]
     MissingObject(&'static str),
+    /// `object` or `oldObject` is not JSON statusguard can read.
+    #[error("{which} cannot be read: {reason}")]
+    Malformed {
+        /// `object` or `oldObject`.
+        which: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Deeper than any object the API server stores.
+    #[error(
+        "{which} is nested {depth} levels deep; statusguard decides up to {MAX_NESTING} levels (the API server's own limit is 10000)"
+    )]
+    TooDeep {
+        /// `object` or `oldObject`.
+        which: &'static str,
+        /// Its nesting.
+        depth: usize,
+    },
+    /// Building the JSON Patch failed (a bug, reported in-band as 500).
     #[error("could not build the restoring patch: {0}")]
     Patch(String),
 }
+
+impl DecisionError {
+    /// The HTTP-like code the denial carries: 500 for statusguard's own
+    /// failures, 400 for a request the API server would never send.
+    pub fn code(&self) -> u16 {
+        match self {
+            DecisionError::Patch(_) => 500,
+            _ => 400,
+        }
+    }
+}
+
+/// The deepest object statusguard decides: the API server's JSON decoder
+/// stops at 10,000 levels, and this leaves room above it.
+pub const MAX_NESTING: usize = 16_384;
+/// Stack for the parse, compare, copy and encode of one level of a deep
+/// value (debug builds use several times what release builds do).
+const STACK_PER_LEVEL: usize = 16 * 1024;
+const STACK_BASE: usize = 1024 * 1024;
 
 /// How many violations a deny message names before it says "and N more".
 const MESSAGE_ITEMS: usize = 10;
@@ -118,29 +188,63 @@ const MESSAGE_ITEMS: usize = 10;
 const WARNING_CHARS: usize = 120;
 
 /// Decides one admission request.
-pub fn decide(
+///
+/// Objects nested deeper than serde_json's default limit are decided the
+/// same way, on a stack allocated for their measured depth, up to
+/// [`MAX_NESTING`] levels.
+pub fn decide(rules: &Ownership, request: &ReviewRequest<'_>, endpoint: Endpoint) -> Result<Decision, DecisionError> {
+    match decide_at(rules, request, endpoint, Depth::Bounded) {
+        Err(DecisionError::TooDeep { .. }) => {
+            let mut deepest = 0;
+            for (which, raw) in [("object", request.object), ("oldObject", request.old_object)] {
+                let depth = raw.map_or(0, |raw| nesting_depth(raw.get()));
+                if depth > MAX_NESTING {
+                    return Err(DecisionError::TooDeep { which, depth });
+                }
+                deepest = deepest.max(depth);
+            }
+            stacker::grow(STACK_BASE + deepest * STACK_PER_LEVEL, || {
+                decide_at(rules, request, endpoint, Depth::Unbounded)
+            })
+        }
+        other => other,
+    }
+}
+
+fn decide_at(
     rules: &Ownership,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &ReviewRequest<'_>,
     endpoint: Endpoint,
+    depth: Depth,
 ) -> Result<Decision, DecisionError> {
-    let writer = request.user_info.username.clone().unwrap_or_default();
+    let writer = request.username();
     let guarded_resource = rules.resource(&request.resource.group, &request.resource.resource);
+    let labels = match guarded_resource {
+        Some(r) => ResourceLabels {
+            group: r.group.clone(),
+            resource: r.resource.clone(),
+        },
+        None => ResourceLabels {
+            group: UNCONFIGURED.to_owned(),
+            resource: UNCONFIGURED.to_owned(),
+        },
+    };
     let decision = |outcome, violations, response| Decision {
         outcome,
-        writer: writer.clone(),
-        guarded: guarded_resource.is_some(),
+        writer: writer.to_owned(),
+        labels: labels.clone(),
         violations,
         response,
     };
 
-    let allow = AdmissionResponse::from(request);
-
+    let allow = request.allow();
     let resource_rules = match guarded_resource {
-        Some(r) if request.operation == Operation::Update && request.sub_resource.as_deref() == Some("status") => r,
+        Some(r) if request.is_status_update() => r,
         _ => return Ok(decision(Outcome::Skipped, vec![], allow)),
     };
-    let groups = request.user_info.groups.as_deref().unwrap_or_default();
-    if rules.is_exempt(&writer, groups) {
+    // Exempt writers are decided on who they are alone: nothing of the
+    // object is read, whatever its shape.
+    if rules.is_exempt(writer, request.groups()) {
         return Ok(decision(Outcome::Exempt, vec![], allow));
     }
     // The mutating endpoint has work only in trim mode; enforce and audit are
@@ -149,19 +253,26 @@ pub fn decide(
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
 
-    let old = request
-        .old_object
-        .as_ref()
-        .ok_or(DecisionError::MissingObject("oldObject"))?;
-    let new = request.object.as_ref().ok_or(DecisionError::MissingObject("object"))?;
-    let violations = find_violations(resource_rules, &writer, old.data.get("status"), new.data.get("status"));
+    let status = |which: &'static str, raw: Option<&serde_json::value::RawValue>| {
+        let raw = raw.ok_or(DecisionError::MissingObject(which))?;
+        project_status(raw, &resource_rules.read_paths, depth).map_err(|e| match e {
+            ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
+            other => DecisionError::Malformed {
+                which,
+                reason: other.to_string(),
+            },
+        })
+    };
+    let old = status("oldObject", request.old_object)?;
+    let new = status("object", request.object)?;
+    let violations = find_violations(resource_rules, writer, old.as_ref(), new.as_ref());
     if violations.is_empty() {
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
 
     Ok(match (endpoint, resource_rules.mode) {
         (Endpoint::Validate, Mode::Enforce | Mode::Trim) => {
-            let response = deny_conflict(allow, &writer, &violations);
+            let response = deny_conflict(allow, writer, &violations);
             decision(Outcome::Denied, violations, response)
         }
         (Endpoint::Validate, Mode::Audit) => {
@@ -175,16 +286,13 @@ pub fn decide(
                     .collect::<Vec<_>>()
                     .join("; "),
             );
-            response.audit_annotations.insert("writer".to_owned(), writer.clone());
+            response
+                .audit_annotations
+                .insert("writer".to_owned(), writer.to_owned());
             decision(Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
-            let patch = restoring_patch(
-                resource_rules,
-                &violations,
-                old.data.get("status"),
-                new.data.get("status"),
-            )?;
+            let patch = restoring_patch(resource_rules, &violations, old.as_ref(), new.as_ref())?;
             let mut response = allow
                 .with_patch(patch)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
@@ -195,7 +303,7 @@ pub fn decide(
 }
 
 /// Every item owned by another writer that differs between the two statuses.
-pub fn find_violations(
+pub(crate) fn find_violations(
     rules: &ResourceRules,
     writer: &str,
     old_status: Option<&Value>,
@@ -206,7 +314,7 @@ pub fn find_violations(
     let mut violations = Vec::new();
     for owner in rules.writers.iter().filter(|w| w.username != writer) {
         for path in &owner.fields {
-            if path.get(old_status) != path.get(new_status) {
+            if !same_value(path.get(old_status), path.get(new_status)) {
                 violations.push(Violation {
                     item: Item::Field(path.clone()),
                     owner: owner.username.clone(),
@@ -235,10 +343,6 @@ fn conditions<'a>(rules: &ResourceRules, status: Option<&'a Value>) -> &'a [Valu
         .unwrap_or_default()
 }
 
-fn condition_type(item: &Value) -> Option<&str> {
-    item.get("type").and_then(Value::as_str)
-}
-
 fn of_type<'a>(list: &'a [Value], ty: &str) -> Vec<&'a Value> {
     list.iter().filter(|c| condition_type(c) == Some(ty)).collect()
 }
@@ -249,13 +353,15 @@ fn same_items(a: &[&Value], b: &[&Value]) -> bool {
         return false;
     }
     let mut used = vec![false; b.len()];
-    a.iter().all(|x| match (0..b.len()).find(|&i| !used[i] && b[i] == *x) {
-        Some(i) => {
-            used[i] = true;
-            true
-        }
-        None => false,
-    })
+    a.iter().all(
+        |x| match (0..b.len()).find(|&i| !used[i] && same_value(Some(b[i]), Some(x))) {
+            Some(i) => {
+                used[i] = true;
+                true
+            }
+            None => false,
+        },
+    )
 }
 
 fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation]) -> AdmissionResponse {
@@ -294,7 +400,7 @@ fn warning(verb: &str, violation: &Violation) -> String {
 /// The JSON Patch (paths from the object's root) that restores every violated
 /// item of the new status to its value in the old one, leaving the writer's
 /// own and unowned changes alone.
-pub fn restoring_patch(
+pub(crate) fn restoring_patch(
     rules: &ResourceRules,
     violations: &[Violation],
     old_status: Option<&Value>,
@@ -302,12 +408,13 @@ pub fn restoring_patch(
 ) -> Result<Patch, DecisionError> {
     // Only the status is copied to work on: the rest of a large object is
     // never touched by the patch.
-    let mut work = serde_json::json!({ "status": new_status.cloned().unwrap_or(Value::Null) });
+    let status = new_status.cloned().unwrap_or(Value::Null);
+    let mut work = Value::Object(serde_json::Map::from_iter([("status".to_owned(), status)]));
     let mut ops = Vec::new();
     let mut violated_types = BTreeSet::new();
     for violation in violations {
         match &violation.item {
-            Item::Field(path) => restore(&mut work, path.segments(), path.get(old_status), &mut ops)?,
+            Item::Field(path) => restore(&mut work, path, path.get(old_status), &mut ops)?,
             Item::Condition(ty) => {
                 violated_types.insert(ty.as_str());
             }
@@ -319,7 +426,7 @@ pub fn restoring_patch(
         if restored != current {
             let old_list = rules.conditions_path.get(old_status);
             let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
-            restore(&mut work, rules.conditions_path.segments(), value.as_ref(), &mut ops)?;
+            restore(&mut work, &rules.conditions_path, value.as_ref(), &mut ops)?;
         }
     }
     Ok(Patch(ops))
@@ -350,51 +457,21 @@ fn restored_conditions(new: &[Value], old: &[Value], violated: &BTreeSet<&str>) 
     result
 }
 
-/// Appends the operation that makes `segments` below `status` hold `value`
-/// (or be absent, for `None`) in `work`, and applies it to `work`, so that
-/// later operations see the parents it created.
+/// Appends the operation that makes `path` hold `value` (or be absent, for
+/// `None`) in `work`, and applies it to `work`, so that later operations
+/// see the parents it created.
 fn restore(
     work: &mut Value,
-    segments: &[String],
+    path: &FieldPath,
     value: Option<&Value>,
     ops: &mut Vec<PatchOperation>,
 ) -> Result<(), DecisionError> {
     let op = match value {
-        None => {
-            if value_at(work.get("status"), segments).is_none() {
-                return Ok(());
-            }
-            PatchOperation::Remove(RemoveOperation {
-                path: status_pointer(segments),
-            })
-        }
-        Some(value) => {
-            // Walk down from the root (`work` is always `{"status": …}`)
-            // while parents are objects; create the rest of the path in one
-            // `add` where the first missing or non-object parent is.
-            let path: Vec<&str> = std::iter::once("status")
-                .chain(segments.iter().map(String::as_str))
-                .collect();
-            let mut depth = 0;
-            let mut node: &Value = work;
-            while depth < path.len() - 1 {
-                match node.get(path[depth]) {
-                    Some(child) if child.is_object() => {
-                        node = child;
-                        depth += 1;
-                    }
-                    _ => break,
-                }
-            }
-            let mut built = value.clone();
-            for key in path[depth + 1..].iter().rev() {
-                built = Value::Object([((*key).to_owned(), built)].into_iter().collect());
-            }
-            PatchOperation::Add(AddOperation {
-                path: jsonptr::PointerBuf::from_tokens(path[..=depth].iter().copied()),
-                value: built,
-            })
-        }
+        None if path.get(work.get("status")).is_none() => return Ok(()),
+        None => PatchOperation::Remove(RemoveOperation {
+            path: path.status_pointer(),
+        }),
+        Some(value) => PatchOperation::Add(path.add_operation(work, value.clone())),
     };
     json_patch::patch(work, std::slice::from_ref(&op)).map_err(|e| DecisionError::Patch(e.to_string()))?;
     ops.push(op);

@@ -1,17 +1,23 @@
 //! A status flush for kube-rs controllers that writes only what the
 //! controller owns.
 //!
-//! Without owned fields, [`StatusWriter::flush`] is the classic full Update
-//! of the status (`replace_status`) with a naive conflict retry: on 409 it
-//! refreshes only the resourceVersion (and the conditions it does not own)
-//! and sends its stale copy again — the retry that rolls other writers back.
-//!
-//! With owned fields declared ([`StatusWriter::owned_fields`], or
-//! [`StatusWriter::for_writer`] from the same ownership document the webhook
-//! enforces), every attempt reads the stored object live, checks its uid,
-//! and sends a JSON merge patch that holds only `metadata.resourceVersion`
-//! (the optimistic lock), the declared fields and the conditions list. Other
+//! [`StatusWriter::flush`] never sends a full Update of the status: that is
+//! the write whose naive conflict retry rolls other writers back, the bug
+//! statusguard exists to end. Every attempt reads the stored object live
+//! (one GET), checks its uid, and sends a JSON merge patch that holds only
+//! `metadata.resourceVersion` (the optimistic lock), the owned fields
+//! ([`StatusWriter::owned_fields`], or [`StatusWriter::for_writer`] from the
+//! ownership document the webhook enforces) and the conditions list: the
+//! owned condition types as staged, every other type as stored. Other
 //! writers' fields are never sent, so they can never be rolled back.
+//!
+//! A flush that fails leaves the caller's object exactly as it was; one that
+//! succeeds replaces it with what the API server stored.
+//!
+//! Semantics the webhook shares: inside an owned value, an absent member and
+//! a `null` one are the same (a `null` is sent as a removal). A staged status
+//! without a conditions list leaves every condition as stored; to remove an
+//! owned condition, stage the list without it.
 //!
 //! A misspelled path does nothing on a CRD with a structural schema: the API
 //! server prunes unknown fields from the patch. [`StatusWriter::check_schema`]
@@ -31,7 +37,7 @@
 //!
 //! let mut widget = api.get("w1").await?;
 //! widget.data["status"]["observedGeneration"] = 7.into();
-//! writer.flush(&mut widget).await?; // sends observedGeneration, summary and the conditions, nothing else
+//! writer.flush(&mut widget).await?; // sends observedGeneration and summary, nothing else
 //! # Ok(()) }
 //! ```
 //!
@@ -40,75 +46,119 @@
 //!
 //! ```
 //! use serde_json::json;
-//! use statusguard::flush::status_merge_patch;
+//! use statusguard::flush::{Owned, status_merge_patch};
 //! use statusguard::ownership::FieldPath;
 //!
-//! let owned = [FieldPath::parse("summary").unwrap()];
+//! let owned = Owned::new([FieldPath::parse("summary").unwrap()], ["Ready"]);
 //! let conditions = FieldPath::parse("conditions").unwrap();
-//! let staged = json!({"metadata": {"resourceVersion": "41"},
-//!                     "status": {"summary": {"ready": 2}, "replicas": 9}});
-//! let stored = json!({"metadata": {"resourceVersion": "42"},
-//!                     "status": {"summary": {"ready": 1, "total": 0}, "replicas": 3}});
-//! let patch = status_merge_patch(&owned, &conditions, &staged, &stored).unwrap();
-//! // The staged resourceVersion locks the write; `replicas` is not ours and not
-//! // sent; the stored `total: 0` the staged summary lacks is removed.
+//! let staged = json!({"status": {"summary": {"ready": 2}, "replicas": 9, "conditions": [
+//!     {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "False"}]}});
+//! let stored = json!({"status": {"summary": {"ready": 1, "total": 0}, "replicas": 3, "conditions": [
+//!     {"type": "Scaled", "status": "True"}]}});
+//! let patch = status_merge_patch(&owned, &conditions, &staged, &stored, "41");
+//! // "41" locks the write; `replicas` is not ours and not sent; the stored
+//! // `total: 0` the staged summary lacks is removed; Scaled stays as stored.
 //! assert_eq!(patch, json!({"metadata": {"resourceVersion": "41"},
-//!                          "status": {"summary": {"ready": 2, "total": null}}}));
+//!     "status": {"summary": {"ready": 2, "total": null}, "conditions": [
+//!         {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]}}));
 //! ```
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, JSONSchemaProps};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrBool,
+};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use rand::Rng as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::ownership::{FieldPath, Ownership, PathError, drop_nested, value_at};
+use crate::ownership::{FieldPath, GroupResource, Ownership, Parents, PathError, condition_type, drop_nested};
+use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
 
+/// Why a flush (or building a writer) failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FlushError {
+    /// A declared path is not a dot path.
     #[error("invalid owned field path: {0}")]
     InvalidPath(#[from] PathError),
+    /// A declared field overlaps the conditions list.
     #[error(
         "owned field status.{path} overlaps the conditions list at status.{conditions}; own condition types instead"
     )]
-    OverlapsConditions { path: String, conditions: String },
+    OverlapsConditions {
+        /// The field.
+        path: String,
+        /// The conditions path.
+        conditions: String,
+    },
+    /// A staged parent of an owned path is a value that is not an object.
     #[error("owned field status.{path} runs below a value that is not an object in the staged status")]
-    BelowNonObject { path: String },
+    BelowNonObject {
+        /// The field.
+        path: String,
+    },
+    /// The staged object lacks what the flush needs (name, uid, resourceVersion).
     #[error("the staged object has no {0}: read it from the API server first")]
     MissingMetadata(&'static str),
+    /// The object was deleted and recreated since it was read.
     #[error("the stored object's uid {stored} is not the staged {staged}: it was deleted and recreated; not written")]
-    UidMismatch { staged: String, stored: String },
+    UidMismatch {
+        /// The staged uid.
+        staged: String,
+        /// The stored uid (empty when the stored object has none).
+        stored: String,
+    },
+    /// The ownership document does not name the resource.
     #[error("{0} is not configured in the ownership document")]
     NotConfigured(String),
+    /// Owned paths the CRD's schema would prune.
     #[error("the status fields {0:?} are not in the CRD's schema: the API server would prune them")]
     UnknownFields(Vec<String>),
+    /// The CRD has no status schema for the version.
     #[error("the CRD has no version {0} with a status schema")]
     NoSchema(String),
+    /// A retry policy that cannot be followed.
+    #[error("invalid retry policy: {0}")]
+    InvalidRetry(String),
+    /// Every attempt conflicted.
     #[error("still conflicting after {attempts} attempts: {source}")]
-    Conflict { attempts: u32, source: kube::Error },
+    Conflict {
+        /// How many writes were sent.
+        attempts: u32,
+        /// The last conflict.
+        source: kube::Error,
+    },
+    /// Any other API error.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// The object does not convert to or from JSON.
     #[error("cannot convert the object to or from JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The ownership document could not be loaded.
     #[error(transparent)]
-    ConfigMap(#[from] crate::configmap::ConfigMapError),
+    Rules(#[from] LoadError),
 }
 
 /// When and how often a conflicting write is tried again. The default is
 /// client-go's `retry.DefaultRetry`: 5 attempts, 10 ms apart, 10 % jitter.
+/// Built only through checked constructors, so a policy can never panic.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
-    pub attempts: u32,
-    pub delay: Duration,
-    pub factor: f64,
-    pub jitter: f64,
+    attempts: u32,
+    delay: Duration,
+    factor: f64,
+    jitter: f64,
 }
+
+/// No wait between attempts grows beyond this, whatever the factor.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -122,38 +172,112 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    fn delay_before(&self, attempt: u32) -> Duration {
-        let base = self.delay.as_secs_f64() * self.factor.powi(attempt.saturating_sub(2) as i32);
+    /// `attempts` writes at most (at least 1), `delay` apart (at most
+    /// [`MAX_RETRY_DELAY`]), with no backoff and no jitter.
+    pub fn new(attempts: u32, delay: Duration) -> Result<Self, FlushError> {
+        if attempts == 0 {
+            return Err(FlushError::InvalidRetry("attempts must be at least 1".into()));
+        }
+        if delay > MAX_RETRY_DELAY {
+            return Err(FlushError::InvalidRetry(format!(
+                "a delay of {delay:?} is over {MAX_RETRY_DELAY:?}"
+            )));
+        }
+        Ok(Self {
+            attempts,
+            delay,
+            factor: 1.0,
+            jitter: 0.0,
+        })
+    }
+
+    /// Each wait is `factor` times the one before (a finite number from 1 to 10).
+    pub fn backoff(mut self, factor: f64) -> Result<Self, FlushError> {
+        if !(1.0..=10.0).contains(&factor) {
+            return Err(FlushError::InvalidRetry(format!(
+                "a backoff factor of {factor} is not from 1 to 10"
+            )));
+        }
+        self.factor = factor;
+        Ok(self)
+    }
+
+    /// Each wait is lengthened by a random share up to `jitter` (from 0 to 1).
+    pub fn jitter(mut self, jitter: f64) -> Result<Self, FlushError> {
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(FlushError::InvalidRetry(format!(
+                "a jitter of {jitter} is not from 0 to 1"
+            )));
+        }
+        self.jitter = jitter;
+        Ok(self)
+    }
+
+    /// The most writes one flush sends.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The wait before `attempt` (2 for the first retry); never over [`MAX_RETRY_DELAY`].
+    pub fn delay_before(&self, attempt: u32) -> Duration {
+        let exponent = i32::try_from(attempt.saturating_sub(2)).unwrap_or(i32::MAX);
         let jitter = if self.jitter > 0.0 {
             rand::rng().random_range(0.0..=self.jitter)
         } else {
             0.0
         };
-        Duration::from_secs_f64(base * (1.0 + jitter))
+        let seconds = self.delay.as_secs_f64() * self.factor.powi(exponent) * (1.0 + jitter);
+        Duration::try_from_secs_f64(seconds)
+            .unwrap_or(MAX_RETRY_DELAY)
+            .min(MAX_RETRY_DELAY)
     }
 }
 
-/// What the writer owns, once owned fields are declared.
+/// What a writer owns: field paths (none below another) and condition types.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Owned {
+pub struct Owned {
     fields: Vec<FieldPath>,
+    conditions: BTreeSet<String>,
+}
+
+impl Owned {
+    /// Owns `fields` (a path below another is dropped) and the condition `types`.
+    pub fn new<S: Into<String>>(
+        fields: impl IntoIterator<Item = FieldPath>,
+        types: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Self {
+            fields: drop_nested(fields.into_iter().collect()),
+            conditions: types.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The owned field paths, sorted.
+    pub fn fields(&self) -> &[FieldPath] {
+        &self.fields
+    }
+
+    /// The owned condition types.
+    pub fn conditions(&self) -> &BTreeSet<String> {
+        &self.conditions
+    }
 }
 
 /// What a flush did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FlushReport {
     /// Writes sent, the successful one included (2 means one conflict).
     pub attempts: u32,
 }
 
-/// Writes the status of objects of one `Api<K>`.
+/// Writes the status of objects of one `Api<K>`: only what it owns.
 #[derive(Clone)]
 pub struct StatusWriter<K> {
     api: Api<K>,
     client: Client,
     url: String,
-    owned: Option<Owned>,
-    owned_conditions: BTreeSet<String>,
+    owned: Owned,
     conditions_path: FieldPath,
     retry: RetryPolicy,
 }
@@ -163,7 +287,6 @@ impl<K> Debug for StatusWriter<K> {
         f.debug_struct("StatusWriter")
             .field("url", &self.url)
             .field("owned", &self.owned)
-            .field("owned_conditions", &self.owned_conditions)
             .field("conditions_path", &self.conditions_path)
             .field("retry", &self.retry)
             .finish()
@@ -174,7 +297,11 @@ impl<K> StatusWriter<K>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + Debug,
 {
-    /// A writer with no owned fields: full Updates (the classic behaviour).
+    /// A writer that owns nothing yet: declare what it owns with
+    /// [`owned_fields`](Self::owned_fields) and
+    /// [`owned_conditions`](Self::owned_conditions), or build it with
+    /// [`for_writer`](Self::for_writer). A writer that owns nothing writes
+    /// nothing but the resourceVersion.
     pub fn new(api: Api<K>) -> Self {
         let url = api.resource_url().to_owned();
         let client = api.clone().into_client();
@@ -182,42 +309,37 @@ where
             api,
             client,
             url,
-            owned: None,
-            owned_conditions: BTreeSet::new(),
+            owned: Owned::default(),
             conditions_path: FieldPath::single("conditions"),
             retry: RetryPolicy::default(),
         }
     }
 
-    /// Declares owned field paths (dot paths below `.status`); from now on
-    /// every flush is a merge patch of only these, the conditions and the
-    /// resourceVersion. Calls add up; a path below another declared path is
-    /// dropped, whatever the order. Syntax errors are rejected here, before
-    /// any write.
+    /// Declares owned field paths (dot paths below `.status`). Calls add up;
+    /// a path below another declared path is dropped, whatever the order.
+    /// Syntax errors are rejected here, before any write.
     pub fn owned_fields<I, S>(mut self, paths: I) -> Result<Self, FlushError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut fields = self.owned.take().unwrap_or_default().fields;
+        let mut fields = std::mem::take(&mut self.owned.fields);
         for text in paths {
             fields.push(FieldPath::parse(text.as_ref())?);
         }
-        self.owned = Some(Owned {
-            fields: drop_nested(fields),
-        });
+        self.owned.fields = drop_nested(fields);
         self.check_conditions_overlap()?;
         Ok(self)
     }
 
-    /// Declares owned condition types: after a conflict, these keep the
-    /// staged value and every other type is refreshed from the server.
+    /// Declares owned condition types: these are written as staged, every
+    /// other type stays as the server holds it.
     pub fn owned_conditions<I, S>(mut self, types: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.owned_conditions.extend(types.into_iter().map(Into::into));
+        self.owned.conditions.extend(types.into_iter().map(Into::into));
         self
     }
 
@@ -228,56 +350,46 @@ where
         Ok(self)
     }
 
+    /// How conflicts are retried.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
     }
 
     /// A writer that owns exactly what the ownership document gives
-    /// `username` for `group`/`resource`: the same rules the webhook
-    /// enforces. A writer the document does not list owns nothing (its
-    /// flushes send only the conditions list).
+    /// `username` for `resource`: the same rules the webhook enforces. A
+    /// writer the document does not list owns nothing.
     pub fn for_writer(
         api: Api<K>,
         ownership: &Ownership,
-        group: &str,
-        resource: &str,
+        resource: &GroupResource,
         username: &str,
     ) -> Result<Self, FlushError> {
-        let rules = ownership.resource(group, resource).ok_or_else(|| {
-            FlushError::NotConfigured(if group.is_empty() {
-                resource.to_owned()
-            } else {
-                format!("{group}/{resource}")
-            })
-        })?;
+        let rules = ownership
+            .resource(&resource.group, &resource.resource)
+            .ok_or_else(|| FlushError::NotConfigured(resource.to_string()))?;
         let mut writer = Self::new(api);
         writer.conditions_path = rules.conditions_path.clone();
-        let (fields, conditions) = match rules.writer(username) {
-            Some(w) => (w.fields.clone(), w.conditions.clone()),
-            None => (Vec::new(), Vec::new()),
-        };
-        writer.owned = Some(Owned { fields });
-        Ok(writer.owned_conditions(conditions))
+        if let Some(w) = rules.writer(username) {
+            writer.owned = Owned::new(w.fields.iter().cloned(), w.conditions.iter().cloned());
+        }
+        Ok(writer)
     }
 
     /// [`for_writer`](Self::for_writer) with the document read now from the
     /// ConfigMap the webhook watches.
     pub async fn for_writer_from_configmap(
         api: Api<K>,
-        namespace: &str,
-        name: &str,
-        group: &str,
-        resource: &str,
+        configmap: &ConfigMapRef,
+        resource: &GroupResource,
         username: &str,
     ) -> Result<Self, FlushError> {
-        let ownership = crate::configmap::fetch_ownership(api.clone().into_client(), namespace, name).await?;
-        Self::for_writer(api, &ownership, group, resource, username)
+        let ownership = fetch_configmap(&api.clone().into_client(), configmap).await?;
+        Self::for_writer(api, &ownership, resource, username)
     }
 
     fn check_conditions_overlap(&self) -> Result<(), FlushError> {
-        let fields = self.owned.as_ref().map(|o| o.fields.as_slice()).unwrap_or_default();
-        match fields.iter().find(|p| p.overlaps(&self.conditions_path)) {
+        match self.owned.fields.iter().find(|p| p.overlaps(&self.conditions_path)) {
             Some(path) => Err(FlushError::OverlapsConditions {
                 path: path.to_string(),
                 conditions: self.conditions_path.to_string(),
@@ -300,14 +412,11 @@ where
             .and_then(|s| s.properties.as_ref())
             .and_then(|p| p.get("status"))
             .ok_or_else(|| FlushError::NoSchema(version.to_owned()))?;
-        let mut paths: Vec<&FieldPath> = self
+        let unknown: Vec<String> = self
             .owned
-            .as_ref()
-            .map(|o| o.fields.iter().collect())
-            .unwrap_or_default();
-        paths.push(&self.conditions_path);
-        let unknown: Vec<String> = paths
-            .into_iter()
+            .fields
+            .iter()
+            .chain(std::iter::once(&self.conditions_path))
             .filter(|p| !schema_has(status, p.segments()))
             .map(ToString::to_string)
             .collect();
@@ -318,39 +427,65 @@ where
         }
     }
 
-    /// Writes the staged object's status; on success `staged` becomes the
-    /// server's response, so no undeclared staged value survives in memory.
+    /// Writes what the writer owns of the staged object's status. On success
+    /// `staged` becomes the server's response, so no undeclared staged value
+    /// survives in memory; on any error `staged` is left as it was.
     pub async fn flush(&self, staged: &mut K) -> Result<FlushReport, FlushError> {
         let name = staged.meta().name.clone().ok_or(FlushError::MissingMetadata("name"))?;
-        // The staged object as JSON, kept in step with `staged` across retries.
-        let mut staged_json = serde_json::to_value(&*staged)?;
-        if let Some(owned) = &self.owned {
-            // Fail before any write on a declared path that the staged value cannot hold.
-            if let Some(path) = owned
-                .fields
-                .iter()
-                .find(|p| runs_below_non_object(staged_json.get("status"), p))
-            {
-                return Err(FlushError::BelowNonObject { path: path.to_string() });
-            }
+        let staged_uid = staged.meta().uid.clone().ok_or(FlushError::MissingMetadata("uid"))?;
+        let staged_json = serde_json::to_value(&*staged)?;
+        // Fail before any write on a declared path that the staged value cannot hold.
+        if let Some(path) = self
+            .owned
+            .fields
+            .iter()
+            .find(|p| matches!(p.parents_in(&staged_json), Parents::NonObjectAt(_)))
+        {
+            return Err(FlushError::BelowNonObject { path: path.to_string() });
         }
+        let mut lock = staged_json
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .ok_or(FlushError::MissingMetadata("resourceVersion"))?
+            .to_owned();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = match &self.owned {
-                None => self.api.replace_status(&name, &PostParams::default(), &*staged).await,
-                Some(owned) => self.patch_attempt(&name, &staged_json, owned).await?,
-            };
-            match result {
+            // One read per attempt: the uid check, the nulls and the
+            // conditions of the patch all come from it.
+            let stored = self.read_json(&name).await?;
+            let stored_uid = stored
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if stored_uid != staged_uid {
+                return Err(FlushError::UidMismatch {
+                    staged: staged_uid,
+                    stored: stored_uid.to_owned(),
+                });
+            }
+            if attempt > 1 {
+                // A retry locks on what it just read.
+                stored
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .clone_into(&mut lock);
+            }
+            let patch = status_merge_patch(&self.owned, &self.conditions_path, &staged_json, &stored, &lock);
+            tracing::debug!(%name, attempt, %patch, "status merge patch");
+            match self
+                .api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
                 Ok(written) => {
                     *staged = written;
                     return Ok(FlushReport { attempts: attempt });
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 && attempt < self.retry.attempts => {
-                    tracing::debug!(%name, attempt, reason = %e.message, "status write conflicted; refreshing and retrying");
+                    tracing::debug!(%name, attempt, reason = %e.message, "status write conflicted; retrying");
                     tokio::time::sleep(self.retry.delay_before(attempt + 1)).await;
-                    self.refresh(&name, &mut staged_json).await?;
-                    *staged = serde_json::from_value(staged_json.clone())?;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     return Err(FlushError::Conflict {
@@ -363,52 +498,6 @@ where
         }
     }
 
-    /// One owned-fields attempt: live read, uid check, merge patch.
-    async fn patch_attempt(&self, name: &str, staged: &Value, owned: &Owned) -> Result<kube::Result<K>, FlushError> {
-        let stored = self.read_json(name).await?;
-        let uid = |object: &Value| {
-            object
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let staged_uid = uid(staged).ok_or(FlushError::MissingMetadata("uid"))?;
-        let stored_uid = uid(&stored).unwrap_or_default();
-        if stored_uid != staged_uid {
-            return Err(FlushError::UidMismatch {
-                staged: staged_uid,
-                stored: stored_uid,
-            });
-        }
-        let patch = status_merge_patch(&owned.fields, &self.conditions_path, staged, &stored)?;
-        tracing::debug!(%name, %patch, "status merge patch");
-        Ok(self
-            .api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await)
-    }
-
-    /// After a conflict: the stored resourceVersion, and every condition the
-    /// writer does not own as the server holds it.
-    async fn refresh(&self, name: &str, json: &mut Value) -> Result<(), FlushError> {
-        let stored = self.read_json(name).await?;
-        if let (Some(rv), Some(meta)) = (stored.pointer("/metadata/resourceVersion"), json.get_mut("metadata")) {
-            meta["resourceVersion"] = rv.clone();
-        }
-        let stored_conditions =
-            value_at(stored.get("status"), self.conditions_path.segments()).and_then(Value::as_array);
-        let staged_conditions = value_at(json.get("status"), self.conditions_path.segments()).and_then(Value::as_array);
-        if stored_conditions.is_some() || staged_conditions.is_some() {
-            let merged = merge_conditions(
-                staged_conditions.map(Vec::as_slice).unwrap_or_default(),
-                stored_conditions.map(Vec::as_slice).unwrap_or_default(),
-                &self.owned_conditions,
-            );
-            set_in_status(json, &self.conditions_path, Value::Array(merged));
-        }
-        Ok(())
-    }
-
     /// A live read of the object as untyped JSON: a typed read could not
     /// tell a stored zero from an absent field.
     async fn read_json(&self, name: &str) -> Result<Value, FlushError> {
@@ -419,54 +508,39 @@ where
     }
 }
 
-/// True when a parent of `path` in the staged status is a value that is not
-/// an object (a merge patch could not put the child there).
-fn runs_below_non_object(status: Option<&Value>, path: &FieldPath) -> bool {
-    let mut current = match status {
-        Some(s) if !s.is_null() => s,
-        _ => return false,
-    };
-    let segments = path.segments();
-    for segment in &segments[..segments.len() - 1] {
-        match current.get(segment) {
-            Some(child) if child.is_object() => current = child,
-            None | Some(Value::Null) => return false,
-            Some(_) => return true,
-        }
-    }
-    !current.is_object()
-}
-
-/// The JSON merge patch of one owned-fields attempt: the staged
-/// resourceVersion, each owned path as staged (or `null` where the staged
-/// object lacks what the server holds), and the staged conditions list.
+/// The JSON merge patch of one attempt, a pure function of the staged and
+/// the stored object: `lock` as the resourceVersion, each owned path as
+/// staged (`null` where the staged object lacks what the server holds), and,
+/// when the staged status has a conditions list, that list with the owned
+/// types as staged and every other type as stored.
 pub fn status_merge_patch(
-    owned: &[FieldPath],
+    owned: &Owned,
     conditions_path: &FieldPath,
     staged: &Value,
     stored: &Value,
-) -> Result<Value, FlushError> {
-    let resource_version = staged
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .ok_or(FlushError::MissingMetadata("resourceVersion"))?;
-    let mut patch = serde_json::json!({ "metadata": { "resourceVersion": resource_version } });
+    lock: &str,
+) -> Value {
+    let mut patch = serde_json::json!({ "metadata": { "resourceVersion": lock } });
     let (staged_status, stored_status) = (staged.get("status"), stored.get("status"));
-    for path in owned {
-        let staged_value = value_at(staged_status, path.segments());
-        let stored_value = value_at(stored_status, path.segments());
-        match (staged_value, stored_value) {
-            (Some(value), stored) => set_in_status(&mut patch, path, replacing(value, stored)),
-            // The server holds it (below object parents, or value_at would
-            // not have found it) and the staged object does not: remove it.
-            (None, Some(_)) => set_in_status(&mut patch, path, Value::Null),
+    for path in &owned.fields {
+        match (path.get(staged_status), path.get(stored_status)) {
+            (Some(value), stored) => path.set_in(&mut patch, replacing(value, stored)),
+            // The server holds it (below object parents, or `get` would not
+            // have found it) and the staged object does not: remove it.
+            (None, Some(_)) => path.set_in(&mut patch, Value::Null),
             (None, None) => {}
         }
     }
-    if let Some(list) = value_at(staged_status, conditions_path.segments()) {
-        set_in_status(&mut patch, conditions_path, list.clone());
+    if let Some(staged_list) = conditions_path.get(staged_status).and_then(Value::as_array) {
+        let stored_list = conditions_path
+            .get(stored_status)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let merged = merge_conditions(staged_list, stored_list, &owned.conditions);
+        conditions_path.set_in(&mut patch, Value::Array(merged));
     }
-    Ok(patch)
+    patch
 }
 
 /// `staged` as a merge-patch value that makes the server hold exactly it:
@@ -490,27 +564,10 @@ fn replacing(staged: &Value, stored: Option<&Value>) -> Value {
     }
 }
 
-/// Sets `status.<path>` in `root` to `value`, making object parents
-/// (replacing any non-object on the way) as needed.
-fn set_in_status(root: &mut Value, path: &FieldPath, value: Value) {
-    let mut current = root;
-    for segment in std::iter::once("status").chain(path.segments().iter().map(String::as_str)) {
-        if !current.is_object() {
-            *current = Value::Object(Map::new());
-        }
-        let Value::Object(map) = current else { return };
-        current = map.entry(segment).or_insert(Value::Null);
-    }
-    *current = value;
-}
-
-fn condition_type(item: &Value) -> Option<&str> {
-    item.get("type").and_then(Value::as_str)
-}
-
-/// The staged conditions after a conflict: owned types as staged, every
-/// other type as the server holds it (changed, added or removed by others).
-pub fn merge_conditions(staged: &[Value], stored: &[Value], owned: &BTreeSet<String>) -> Vec<Value> {
+/// The conditions list to write: owned types as staged, every other type as
+/// the server holds it (changed, added or removed by others), in the staged
+/// order where the staged list has the type, then the rest as stored.
+pub(crate) fn merge_conditions(staged: &[Value], stored: &[Value], owned: &BTreeSet<String>) -> Vec<Value> {
     let is_owned = |c: &Value| condition_type(c).is_some_and(|t| owned.contains(t));
     let mut result: Vec<Value> = Vec::with_capacity(staged.len().max(stored.len()));
     let mut taken = vec![false; stored.len()];
@@ -544,8 +601,7 @@ fn schema_has(schema: &JSONSchemaProps, segments: &[String]) -> bool {
         Some(child) => schema_has(child, rest),
         None => matches!(
             &schema.additional_properties,
-            Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrBool::Schema(s))
-                if schema_has(s, rest)
+            Some(JSONSchemaPropsOrBool::Schema(s)) if schema_has(s, rest)
         ),
     }
 }

@@ -28,21 +28,25 @@
 //! assert_eq!(controller.fields[0].to_string(), "observedGeneration");
 //! ```
 //!
+//! The public surface, and what is safe to depend on:
 //! - [`ownership`]: the ownership document, shared by the webhook and the library.
-//! - [`decision`]: the pure admission decision (deny, trim, or report).
-//! - [`review`]: AdmissionReview on the wire.
-//! - with the `client` feature: [`flush`] (the status flush) and [`configmap`].
-//! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`].
+//! - [`rules`]: where the document comes from (file, embedded, ConfigMap), one loader for all.
+//! - [`decision`]: the pure admission decision (deny, trim, or report), [`decision::decide`].
+//! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
+//! - with the `client` feature: [`flush`], the status flush for controllers.
+//! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`]; these
+//!   serve the binary and may change with it.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 // Input comes from outside: nothing in the library may panic on it.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod decision;
 pub mod ownership;
+pub mod pipeline;
 pub mod review;
+pub mod rules;
 
-#[cfg(feature = "client")]
-pub mod configmap;
 #[cfg(feature = "client")]
 pub mod flush;
 

@@ -11,7 +11,8 @@ use statusguard::cli::{Cli, init_logging, run};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log_level);
-    match run(cli).await {
+    // A second SIGTERM or SIGINT while `serve` drains: stop at once.
+    match run(cli, || std::process::exit(130)).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("statusguard: {e:#}");

@@ -13,13 +13,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::decision::{Decision, Endpoint};
-
-/// The group/resource label of a request for a resource the rules do not name.
-pub const UNCONFIGURED: &str = "(unconfigured)";
+pub use crate::decision::UNCONFIGURED;
+use crate::decision::{Decision, Endpoint, ResourceLabels};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub endpoint: &'static str,
     pub group: String,
     pub resource: String,
@@ -27,12 +25,12 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabels {
+pub(crate) struct EndpointLabels {
     pub endpoint: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ViolationLabels {
+pub(crate) struct ViolationLabels {
     pub group: String,
     pub resource: String,
     pub owner: String,
@@ -40,10 +38,11 @@ pub struct ViolationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
+pub(crate) struct ResultLabels {
     pub result: &'static str,
 }
 
+/// The server's metrics registry and the families it records into.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -133,13 +132,9 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one answered review.
-    pub fn decision(&self, endpoint: Endpoint, decision: &Decision, group: &str, resource: &str, took: Duration) {
-        // Only resources the rules name become label values: bounded by configuration.
-        let (group, resource) = if decision.guarded {
-            (group.to_owned(), resource.to_owned())
-        } else {
-            (UNCONFIGURED.to_owned(), UNCONFIGURED.to_owned())
-        };
+    pub fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
+        // The decision's labels name only configured resources: bounded by configuration.
+        let ResourceLabels { group, resource } = decision.labels.clone();
         for v in &decision.violations {
             self.violations
                 .get_or_create(&ViolationLabels {
@@ -182,6 +177,7 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Valid rules were put in force as `generation`.
     pub fn rules_loaded(&self, generation: u64) {
         self.rules_generation.set(generation as i64);
         self.rules_stale.set(0);
@@ -196,6 +192,7 @@ impl Metrics {
         self.config_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
+    /// A certificate reload was tried.
     pub fn tls_reload(&self, ok: bool) {
         self.tls_reloads
             .get_or_create(&ResultLabels {

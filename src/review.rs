@@ -1,41 +1,423 @@
-//! AdmissionReview on the wire: reading a request and writing the response
-//! in the form the API server documents.
+//! AdmissionReview on the wire: reading the parts of a request the decision
+//! needs, and writing the response in the form the API server documents.
+//!
+//! The request side is a narrow view of `admission.k8s.io/v1`: `object` and
+//! `oldObject` stay unparsed text ([`RawValue`]) borrowed from the body, and
+//! the decision later parses only the status paths its rules read
+//! ([`project_status`]). Everything else is skipped by serde_json without
+//! being built, and without recursion, so neither the size nor the depth of
+//! an object costs more than reading it. The response side is kube's
+//! [`AdmissionResponse`].
+
+use std::fmt;
 
 use base64::Engine as _;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND};
+use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::ownership::PathTree;
 
 /// Why a body is not an admission review statusguard can answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReviewError {
+    /// Not JSON.
     #[error("malformed JSON: {0}")]
     Json(serde_json::Error),
+    /// JSON, but not of the AdmissionReview's shape.
     #[error("not an AdmissionReview: {0}")]
     NotAReview(serde_json::Error),
+    /// Another apiVersion or kind.
     #[error("unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}")]
-    Version { api_version: String, kind: String },
+    Version {
+        /// The review's apiVersion.
+        api_version: String,
+        /// The review's kind.
+        kind: String,
+    },
+    /// A review without `request`.
     #[error("the AdmissionReview has no request")]
     NoRequest,
+    /// The response could not be serialized.
     #[error("could not encode the response: {0}")]
     Encode(serde_json::Error),
 }
 
+/// The parts of an `admission.k8s.io/v1` AdmissionRequest that statusguard
+/// reads, borrowed from the request body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRequest<'a> {
+    /// Copied into the response.
+    pub uid: String,
+    /// Required by the API, read by nobody here.
+    #[serde(rename = "kind")]
+    _kind: IgnoredAny,
+    /// The resource written.
+    pub resource: ResourceRef,
+    /// `status` for a write of the status subresource.
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    /// The object's name (for logs).
+    #[serde(default)]
+    pub name: String,
+    /// The object's namespace (for logs).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// UPDATE for PUT and every PATCH alike.
+    pub operation: Operation,
+    /// Who writes.
+    pub user_info: Writer,
+    /// The object as it will be stored, unparsed.
+    #[serde(borrow, default)]
+    pub object: Option<&'a RawValue>,
+    /// The object as it is stored, unparsed.
+    #[serde(borrow, default)]
+    pub old_object: Option<&'a RawValue>,
+    /// Nothing will be persisted.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `request.resource`: the version is not needed, the group and resource are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ResourceRef {
+    /// The API group; `""` is the core group.
+    pub group: String,
+    /// The plural resource name.
+    pub resource: String,
+}
+
+/// `request.userInfo`: who writes. `extra` and `uid` are not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Writer {
+    /// The user name (`system:serviceaccount:NS:NAME` for a service account).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// The groups the user is in.
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow, default)]
+    request: Option<ReviewRequest<'a>>,
+}
+
 /// Parses an `admission.k8s.io/v1` AdmissionReview and returns its request.
-pub fn parse_request(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
+pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
+    let review: Envelope<'_> = serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             ReviewError::NotAReview(e)
         } else {
             ReviewError::Json(e)
         }
     })?;
-    if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
+    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
         return Err(ReviewError::Version {
-            api_version: review.types.api_version,
-            kind: review.types.kind,
+            api_version: review.api_version,
+            kind: review.kind,
         });
     }
-    review.try_into().map_err(|_| ReviewError::NoRequest)
+    review.request.ok_or(ReviewError::NoRequest)
+}
+
+impl ReviewRequest<'_> {
+    /// The allowing response to this request, to build on.
+    pub fn allow(&self) -> AdmissionResponse {
+        let mut response = AdmissionResponse::invalid("");
+        response.uid.clone_from(&self.uid);
+        response.allowed = true;
+        response.result = Default::default();
+        response
+    }
+
+    /// The writer's user name (empty when the API server sent none).
+    pub fn username(&self) -> &str {
+        self.user_info.username.as_deref().unwrap_or_default()
+    }
+
+    /// The writer's groups.
+    pub fn groups(&self) -> &[String] {
+        self.user_info.groups.as_deref().unwrap_or_default()
+    }
+
+    /// A status UPDATE: the only kind of request statusguard inspects.
+    pub fn is_status_update(&self) -> bool {
+        self.operation == Operation::Update && self.sub_resource.as_deref() == Some("status")
+    }
+}
+
+/// A response for a review that could be read but not decided: the API
+/// server shows `message` to the writer, with the HTTP-like `code`.
+pub fn refuse(mut response: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    response.allowed = false;
+    response.result = kube::core::Status::failure(&message, reason).with_code(code);
+    response
+}
+
+/// How deep a parse may nest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// serde_json's default limit (128): for the ordinary stack.
+    Bounded,
+    /// No limit: only on a stack sized for the text's measured nesting.
+    Unbounded,
+}
+
+/// Why the status of an object could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectError {
+    /// Nested deeper than a [`Depth::Bounded`] parse allows: parse again
+    /// with [`Depth::Unbounded`] on a stack that fits [`nesting_depth`].
+    #[error("nested deeper than the bounded parse allows")]
+    TooDeep,
+    /// Not JSON (the API server never sends this).
+    #[error("the object is not valid JSON: {0}")]
+    Malformed(serde_json::Error),
+}
+
+/// The parts of `object.status` that `paths` names, as a JSON value that
+/// holds nothing else: each read path with its whole value, and the object
+/// parents that lead to it. A parent that is not an object is kept as
+/// `false` (it only matters that it is not an object); an absent or `null`
+/// status is `None`.
+pub fn project_status(object: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
+    let mut deserializer = serde_json::Deserializer::from_str(object.get());
+    if depth == Depth::Unbounded {
+        deserializer.disable_recursion_limit();
+    }
+    let status = StatusOf(paths).deserialize(&mut deserializer).map_err(|e| {
+        if is_recursion_limit(&e) {
+            ProjectError::TooDeep
+        } else {
+            ProjectError::Malformed(e)
+        }
+    })?;
+    Ok(status.filter(|s| !s.is_null()))
+}
+
+/// serde_json names no error code publicly; this is its message for
+/// `ErrorCode::RecursionLimitExceeded` (pinned by a test).
+fn is_recursion_limit(e: &serde_json::Error) -> bool {
+    e.is_syntax() && e.to_string().starts_with("recursion limit exceeded")
+}
+
+/// The deepest nesting of arrays and objects in JSON text, counted without
+/// recursion (string contents are skipped).
+pub fn nesting_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in json.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// An object: only its `status`, projected.
+struct StatusOf<'t>(&'t PathTree);
+
+impl<'de> DeserializeSeed<'de> for StatusOf<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StatusOf<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut status = None;
+        while let Some(key) = map.next_key_seed(KeyIn(&|key| key == "status"))? {
+            if key {
+                status = Some(map.next_value_seed(Projection(self.0))?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(status)
+    }
+
+    // An object that is not an object has no status.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A map key, tested without allocating: true when `accept` takes it.
+struct KeyIn<'f>(&'f dyn Fn(&str) -> bool);
+
+impl<'de> DeserializeSeed<'de> for KeyIn<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyIn<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+        Ok((self.0)(key))
+    }
+}
+
+/// A map key, kept only when `tree` reads below it.
+struct ChildKey<'t>(&'t PathTree);
+
+impl<'de, 't> DeserializeSeed<'de> for ChildKey<'t> {
+    type Value = Option<(String, &'t PathTree)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de, 't> Visitor<'de> for ChildKey<'t> {
+    type Value = Option<(String, &'t PathTree)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.child(key).map(|child| (key.to_owned(), child)))
+    }
+}
+
+/// A value projected on `tree`: whole where the tree reads it whole, else
+/// only the keys the tree names.
+struct Projection<'t>(&'t PathTree);
+
+impl<'de> DeserializeSeed<'de> for Projection<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if self.0.is_whole() {
+            Value::deserialize(deserializer)
+        } else {
+            deserializer.deserialize_any(self)
+        }
+    }
+}
+
+/// What stands for a parent that is not an object: only its kind matters.
+const NOT_AN_OBJECT: Value = Value::Bool(false);
+
+impl<'de> Visitor<'de> for Projection<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut projected = Map::new();
+        while let Some(key) = map.next_key_seed(ChildKey(self.0))? {
+            match key {
+                Some((key, child)) => {
+                    let value = map.next_value_seed(Projection(child))?;
+                    // The last of duplicate keys wins, as in Go and serde_json.
+                    projected.insert(key, value);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(projected))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(NOT_AN_OBJECT)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(NOT_AN_OBJECT)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(NOT_AN_OBJECT)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(NOT_AN_OBJECT)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(NOT_AN_OBJECT)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(NOT_AN_OBJECT)
+    }
 }
 
 /// Encodes a response as an AdmissionReview.
@@ -64,12 +446,83 @@ pub fn encode_response(mut response: AdmissionResponse) -> Result<Vec<u8>, Revie
         .take()
         .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
     let review = WireReview {
-        api_version: &response.types.api_version,
-        kind: &response.types.kind,
+        api_version: META_API_VERSION_V1,
+        kind: META_KIND,
         response: WireResponse {
             response: &response,
             patch,
         },
     };
     serde_json::to_vec(&review).map_err(ReviewError::Encode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ownership::FieldPath;
+    use serde_json::json;
+
+    fn tree(paths: &[&str]) -> PathTree {
+        let paths: Vec<FieldPath> = paths.iter().map(|p| FieldPath::parse(p).unwrap()).collect();
+        PathTree::of(&paths)
+    }
+
+    fn project(object: Value, paths: &[&str]) -> Option<Value> {
+        let text = serde_json::to_string(&object).unwrap();
+        let raw: &RawValue = serde_json::from_str(&text).unwrap();
+        project_status(raw, &tree(paths), Depth::Bounded).unwrap()
+    }
+
+    #[test]
+    fn the_projection_holds_the_read_paths_and_their_parents_only() {
+        let object = json!({"spec": {"x": 1}, "status": {
+            "a": {"b": {"deep": [1, 2]}, "c": 3}, "s": "text", "n": null, "l": [1], "other": {"k": 1}}});
+        assert_eq!(
+            project(object.clone(), &["a.b", "s.x", "n.y", "l.z", "missing.q"]),
+            Some(json!({"a": {"b": {"deep": [1, 2]}}, "s": false, "n": null, "l": false}))
+        );
+        assert_eq!(project(object, &[]), Some(json!({})));
+        assert_eq!(project(json!({"status": null}), &["a"]), None);
+        assert_eq!(project(json!({"spec": {}}), &["a"]), None);
+        assert_eq!(project(json!({"status": 7}), &["a"]), Some(json!(false)));
+    }
+
+    #[test]
+    fn deep_values_outside_the_read_paths_are_skipped_at_any_depth() {
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let text = format!(r#"{{"spec": {deep}, "status": {{"other": {deep}, "a": 1}}}}"#);
+        let raw: &RawValue = serde_json::from_str(&text).unwrap();
+        let status = project_status(raw, &tree(&["a"]), Depth::Bounded).unwrap();
+        assert_eq!(status, Some(json!({"a": 1})));
+    }
+
+    #[test]
+    fn a_deep_read_value_asks_for_the_unbounded_parse() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let text = format!(r#"{{"status": {{"a": {deep}}}}}"#);
+        let raw: &RawValue = serde_json::from_str(&text).unwrap();
+        assert!(matches!(
+            project_status(raw, &tree(&["a"]), Depth::Bounded),
+            Err(ProjectError::TooDeep)
+        ));
+        let status = project_status(raw, &tree(&["a"]), Depth::Unbounded).unwrap().unwrap();
+        assert_eq!(nesting_depth(&text), 202);
+        crate::ownership::drop_iteratively(status);
+    }
+
+    #[test]
+    fn nesting_depth_skips_brackets_in_strings() {
+        assert_eq!(nesting_depth(r#"{"a": "[[[{{\"]]", "b": [[1]]}"#), 3);
+        assert_eq!(nesting_depth("1"), 0);
+    }
+
+    #[test]
+    fn the_review_envelope_is_checked() {
+        let err = parse_request(br#"{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}"#);
+        assert!(matches!(err, Err(ReviewError::Version { .. })));
+        let err = parse_request(br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#);
+        assert!(matches!(err, Err(ReviewError::NoRequest)));
+        assert!(matches!(parse_request(b"{"), Err(ReviewError::Json(_))));
+        assert!(matches!(parse_request(b"[1]"), Err(ReviewError::NotAReview(_))));
+    }
 }

@@ -21,18 +21,39 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Why a certificate could not be served.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
+    /// A file could not be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The certificate file holds no certificate.
     #[error("{path}: no PEM certificate found")]
-    NoCertificate { path: PathBuf },
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file is not PEM of the expected kind.
     #[error("{path}: {message}")]
-    Pem { path: PathBuf, message: String },
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The key and the certificate are not a pair.
     #[error("the private key does not fit the certificate: {0}")]
     KeyMismatch(rustls::Error),
+    /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    /// rcgen could not make a certificate.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -40,8 +61,11 @@ pub enum TlsError {
 /// A CA and a serving certificate it signed, in PEM.
 #[derive(Debug, Clone)]
 pub struct GeneratedCertificates {
+    /// The CA certificate that verifies the serving certificate.
     pub ca_pem: String,
+    /// The serving certificate.
     pub cert_pem: String,
+    /// The serving certificate's private key.
     pub key_pem: String,
 }
 
@@ -85,26 +109,47 @@ pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertifica
     })
 }
 
+/// A certificate chain (leaf first) and its private key in PEM, with the
+/// files they came from (named in errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PemFiles {
+    /// The PEM certificate chain.
+    pub cert: Vec<u8>,
+    /// The PEM private key.
+    pub key: Vec<u8>,
+    /// Where they were read.
+    pub origin: CertFiles,
+}
+
+impl PemFiles {
+    /// The serving pair of generated certificates.
+    pub fn generated(generated: &GeneratedCertificates) -> Self {
+        Self {
+            cert: generated.cert_pem.clone().into_bytes(),
+            key: generated.key_pem.clone().into_bytes(),
+            origin: CertFiles {
+                cert: "generated certificate".into(),
+                key: "generated key".into(),
+            },
+        }
+    }
+}
+
 /// Parses a PEM chain (leaf first) and its private key into a served key.
-pub fn certified_key(
-    cert_pem: &[u8],
-    key_pem: &[u8],
-    cert_path: &Path,
-    key_path: &Path,
-) -> Result<CertifiedKey, TlsError> {
-    let chain = CertificateDer::pem_slice_iter(cert_pem)
+pub fn certified_key(pem: &PemFiles) -> Result<CertifiedKey, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(&pem.cert)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Pem {
-            path: cert_path.to_owned(),
+            path: pem.origin.cert.clone(),
             message: e.to_string(),
         })?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate {
-            path: cert_path.to_owned(),
+            path: pem.origin.cert.clone(),
         });
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Pem {
-        path: key_path.to_owned(),
+    let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| TlsError::Pem {
+        path: pem.origin.key.clone(),
         message: format!("no usable private key: {e}"),
     })?;
     CertifiedKey::from_der(chain, key, &crypto_provider()).map_err(TlsError::KeyMismatch)
@@ -116,10 +161,12 @@ pub fn certified_key(
 pub struct SwappableCert(ArcSwap<CertifiedKey>);
 
 impl SwappableCert {
+    /// Serves `key` until another is stored.
     pub fn new(key: CertifiedKey) -> Arc<Self> {
         Arc::new(Self(ArcSwap::from_pointee(key)))
     }
 
+    /// Serves `key` to every new handshake from now on.
     pub fn store(&self, key: CertifiedKey) {
         self.0.store(Arc::new(key));
     }
@@ -147,30 +194,33 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<rustls::Se
 /// the `..data` symlink swap with which kubelet updates a Secret volume.
 /// A pair that fails to load (a half-written rotation: new certificate, old
 /// key) is reported and retried; the last good pair stays in service.
-/// The bytes of a certificate file and its key file, as last read.
-pub type PemPair = (Vec<u8>, Vec<u8>);
-
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertFiles {
+    /// The PEM certificate chain, leaf first.
     pub cert: PathBuf,
+    /// The PEM private key.
     pub key: PathBuf,
 }
 
 impl CertFiles {
-    fn read(&self) -> Result<PemPair, TlsError> {
+    fn read(&self) -> Result<PemFiles, TlsError> {
         let read = |path: &Path| {
             std::fs::read(path).map_err(|source| TlsError::Read {
                 path: path.to_owned(),
                 source,
             })
         };
-        Ok((read(&self.cert)?, read(&self.key)?))
+        Ok(PemFiles {
+            cert: read(&self.cert)?,
+            key: read(&self.key)?,
+            origin: self.clone(),
+        })
     }
 
     /// Loads the pair once, for start-up.
-    pub fn load(&self) -> Result<(CertifiedKey, PemPair), TlsError> {
-        let bytes = self.read()?;
-        Ok((certified_key(&bytes.0, &bytes.1, &self.cert, &self.key)?, bytes))
+    pub fn load(&self) -> Result<(CertifiedKey, PemFiles), TlsError> {
+        let pem = self.read()?;
+        Ok((certified_key(&pem)?, pem))
     }
 
     /// Polls the files until the process ends, swapping in each new valid pair.
@@ -178,36 +228,36 @@ impl CertFiles {
     pub async fn watch(
         self,
         target: Arc<SwappableCert>,
-        mut loaded: PemPair,
+        mut loaded: PemFiles,
         interval: Duration,
         on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
     ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The last pair that failed to load, so that it is reported once.
-        let mut rejected: Option<PemPair> = None;
+        let mut rejected: Option<PemFiles> = None;
         loop {
             tick.tick().await;
-            let bytes = match self.read() {
-                Ok(bytes) if bytes == loaded || rejected.as_ref() == Some(&bytes) => continue,
-                Ok(bytes) => bytes,
+            let pem = match self.read() {
+                Ok(pem) if pem == loaded || rejected.as_ref() == Some(&pem) => continue,
+                Ok(pem) => pem,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the TLS files; keeping the certificate in service");
                     on_reload(Err(&e));
                     continue;
                 }
             };
-            match certified_key(&bytes.0, &bytes.1, &self.cert, &self.key) {
+            match certified_key(&pem) {
                 Ok(key) => {
                     target.store(key);
-                    loaded = bytes;
+                    loaded = pem;
                     tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
                     on_reload(Ok(()));
                 }
                 Err(e) => {
                     // The other file of the pair may still be on its way: any
                     // change to either file is tried again on a later tick.
-                    rejected = Some(bytes);
+                    rejected = Some(pem);
                     tracing::warn!(error = %e, "the new TLS files do not load; keeping the certificate in service");
                     on_reload(Err(&e));
                 }
@@ -220,22 +270,32 @@ impl CertFiles {
 mod tests {
     use super::*;
 
+    fn pem(cert: &str, key: &str) -> PemFiles {
+        PemFiles {
+            cert: cert.as_bytes().to_vec(),
+            key: key.as_bytes().to_vec(),
+            origin: CertFiles {
+                cert: "c".into(),
+                key: "k".into(),
+            },
+        }
+    }
+
     #[test]
     fn generated_certificates_load_and_mismatched_keys_do_not() {
         let a = generate_certificates(&["statusguard.svc".into()]).unwrap();
         let b = generate_certificates(&[]).unwrap();
-        let p = Path::new("x");
-        assert!(certified_key(a.cert_pem.as_bytes(), a.key_pem.as_bytes(), p, p).is_ok());
+        assert!(certified_key(&PemFiles::generated(&a)).is_ok());
         assert!(matches!(
-            certified_key(a.cert_pem.as_bytes(), b.key_pem.as_bytes(), p, p),
+            certified_key(&pem(&a.cert_pem, &b.key_pem)),
             Err(TlsError::KeyMismatch(_))
         ));
         assert!(matches!(
-            certified_key(b"", a.key_pem.as_bytes(), p, p),
+            certified_key(&pem("", &a.key_pem)),
             Err(TlsError::NoCertificate { .. })
         ));
         assert!(matches!(
-            certified_key(a.cert_pem.as_bytes(), b"junk", p, p),
+            certified_key(&pem(&a.cert_pem, "junk")),
             Err(TlsError::Pem { .. })
         ));
     }

@@ -4,10 +4,11 @@ mod support;
 
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
-use statusguard::flush::{FlushError, StatusWriter};
-use statusguard::ownership::Ownership;
-use statusguard::server::RulesSource;
+use statusguard::flush::{FlushError, RetryPolicy, StatusWriter};
+use statusguard::ownership::{GroupResource, Ownership};
+use statusguard::rules::{ConfigMapRef, RulesSource};
 use support::cluster::{self, Cluster};
+use support::legacy::replace_status_with_naive_retry;
 use support::scenario::Scenario;
 use support::webhook::{RunningServer, config, files, write_pair};
 
@@ -69,8 +70,8 @@ async fn the_legacy_full_update_retry_rolls_the_other_writer_back() {
     let mut staged = widget(&api, "legacy", json!({"observedGeneration": 1, "replicas": 3})).await;
     other_writer(&api, "legacy", json!({"observedGeneration": 2})).await;
     staged.data["status"]["replicas"] = json!(5);
-    let report = StatusWriter::new(api.clone()).flush(&mut staged).await.unwrap();
-    assert_eq!(report.attempts, 2);
+    let attempts = replace_status_with_naive_retry(&api, &mut staged, 5).await.unwrap();
+    assert_eq!(attempts, 2);
     assert_eq!(
         stored_status(&api, "legacy").await["observedGeneration"],
         1,
@@ -162,39 +163,75 @@ async fn a_wholly_declared_object_loses_the_children_the_staged_object_dropped()
     }
 }
 
+fn condition(ty: &str, status: &str) -> Value {
+    json!({"type": ty, "status": status, "reason": "R", "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"})
+}
+
 #[tokio::test]
-async fn conditions_unowned_are_written_as_staged_and_refreshed_after_a_conflict() {
+async fn owned_conditions_are_written_as_staged_and_the_others_kept_as_stored() {
     let (api, _) = setup().await;
-    let ready = |s: &str| json!({"type": "Ready", "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"});
-    let scaled = |s: &str| json!({"type": "Scaled", "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"});
-    let healthy = json!({"type": "Healthy", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"});
+    let (ready, scaled) = (|s| condition("Ready", s), |s| condition("Scaled", s));
+    let healthy = condition("Healthy", "True");
     let writer = StatusWriter::new(api.clone())
         .owned_fields(["replicas"])
         .unwrap()
         .owned_conditions(["Ready"]);
 
-    // Without a conflict, a staged unowned condition is written as staged.
+    // Without a conflict: Ready as staged; Scaled is not ours and stays as stored.
     let mut staged = widget(&api, "conds", json!({"conditions": [ready("False"), scaled("False")]})).await;
     staged.data["status"]["conditions"] = json!([ready("True"), scaled("True")]);
     assert_eq!(writer.flush(&mut staged).await.unwrap().attempts, 1);
     assert_eq!(
         stored_status(&api, "conds").await["conditions"],
-        json!([ready("True"), scaled("True")])
+        json!([ready("True"), scaled("False")])
     );
 
-    // After a conflict: the other writer's changed and added conditions survive, the owned one wins.
+    // After a conflict the same holds: the other writer's changed and added
+    // conditions survive, the owned one wins.
     other_writer(
         &api,
         "conds",
-        json!({"conditions": [ready("False"), scaled("False"), healthy.clone()]}),
+        json!({"conditions": [ready("False"), scaled("True"), healthy.clone()]}),
     )
     .await;
-    staged.data["status"]["conditions"] = json!([ready("Unknown"), scaled("True")]);
+    staged.data["status"]["conditions"] = json!([ready("Unknown"), scaled("False")]);
     assert_eq!(writer.flush(&mut staged).await.unwrap().attempts, 2);
     assert_eq!(
         stored_status(&api, "conds").await["conditions"],
-        json!([ready("Unknown"), scaled("False"), healthy])
+        json!([ready("Unknown"), scaled("True"), healthy])
     );
+}
+
+/// Regression (issue 11, item 3): a staged status without a conditions list
+/// (a kube-rs status skips an empty Vec) left the stored Ready alone without
+/// a conflict, and removed it after one. It is left alone either way now.
+#[tokio::test]
+async fn a_staged_status_without_conditions_keeps_them_with_or_without_a_conflict() {
+    let (api, _) = setup().await;
+    let writer = StatusWriter::new(api.clone())
+        .owned_fields(["replicas"])
+        .unwrap()
+        .owned_conditions(["Ready"]);
+    for conflict in [false, true] {
+        let name = format!("no-list-{conflict}");
+        let mut staged = widget(
+            &api,
+            &name,
+            json!({"replicas": 1, "conditions": [condition("Ready", "True")]}),
+        )
+        .await;
+        if conflict {
+            other_writer(&api, &name, json!({"observedGeneration": 3})).await;
+        }
+        staged.data["status"] = json!({"replicas": 2});
+        let report = writer.flush(&mut staged).await.unwrap();
+        assert_eq!(report.attempts, if conflict { 2 } else { 1 });
+        assert_eq!(
+            stored_status(&api, &name).await["conditions"],
+            json!([condition("Ready", "True")]),
+            "conflict: {conflict}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -233,6 +270,54 @@ async fn an_object_deleted_and_recreated_under_the_same_name_is_not_written() {
         .await;
     assert!(matches!(result, Err(FlushError::UidMismatch { .. })), "{result:?}");
     assert_eq!(stored_status(&api, "recreated").await["replicas"], 2);
+    assert_eq!(staged.data["status"]["replicas"], 3, "the caller's object is as it was");
+}
+
+/// Regression (issue 11, item 4): after a 409 the flush used to copy the
+/// server's resourceVersion and conditions into the caller's object, and
+/// kept them when the flush then failed. A failed flush now leaves the
+/// caller's object exactly as it was.
+#[tokio::test]
+async fn a_failed_flush_leaves_the_callers_object_as_it_was() {
+    let s = Scenario::new("e2e-flush-untouched").await;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
+    s.register(&server, &certs.ca_pem, false).await;
+    s.create_widget(
+        "w",
+        json!({"observedGeneration": 1, "conditions": [condition("Ready", "True")]}),
+    )
+    .await;
+    let scaler_api = cluster::widgets(&s.scaler, &s.namespace);
+    let mut staged = scaler_api.get("w").await.unwrap();
+    // Another write makes the staged copy stale, so the first attempt conflicts.
+    cluster::widgets(&s.controller, &s.namespace)
+        .patch_status(
+            "w",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"status": {"conditions": [condition("Ready", "False")]}})),
+        )
+        .await
+        .unwrap();
+    // The scaler wrongly claims observedGeneration: the webhook denies every attempt.
+    staged.data["status"]["observedGeneration"] = json!(7);
+    let before = staged.clone();
+    let writer = StatusWriter::new(scaler_api)
+        .owned_fields(["observedGeneration"])
+        .unwrap()
+        .retry(RetryPolicy::new(3, std::time::Duration::from_millis(10)).unwrap());
+    let result = writer.flush(&mut staged).await;
+    assert!(
+        matches!(result, Err(FlushError::Conflict { attempts: 3, .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        serde_json::to_value(&staged).unwrap(),
+        serde_json::to_value(&before).unwrap(),
+        "the caller's object is untouched"
+    );
+    s.unregister().await;
 }
 
 #[tokio::test]
@@ -317,18 +402,17 @@ async fn with_the_webhook_enforcing_the_flush_passes_where_the_full_update_retry
         .unwrap();
     stale.data["status"]["replicas"] = json!(5);
 
-    let legacy = StatusWriter::new(scaler_api.clone()).flush(&mut stale.clone()).await;
+    let legacy = replace_status_with_naive_retry(&scaler_api, &mut stale.clone(), 5).await;
     match legacy {
-        Err(FlushError::Conflict { source, .. }) => assert!(source.to_string().contains("statusguard"), "{source}"),
+        Err(kube::Error::Api(e)) => assert!(e.code == 409 && e.message.contains("statusguard"), "{e:?}"),
         other => panic!("the full-update retry was not denied: {other:?}"),
     }
 
-    let ownership = Ownership::from_yaml(statusguard::server::EMBEDDED_OWNERSHIP).unwrap();
+    let ownership = Ownership::from_yaml(statusguard::rules::EMBEDDED_OWNERSHIP).unwrap();
     let writer = StatusWriter::for_writer(
         scaler_api.clone(),
         &ownership,
-        "example.com",
-        "widgets",
+        &GroupResource::new("example.com", "widgets"),
         "system:serviceaccount:platform:widget-scaler",
     )
     .unwrap();
@@ -380,16 +464,19 @@ async fn a_writer_reads_its_ownership_from_the_webhooks_configmap() {
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin, NAMESPACE);
     let cm = serde_json::from_value(json!({
         "metadata": {"name": "flush-ownership"},
-        "data": {"ownership.yaml": statusguard::server::EMBEDDED_OWNERSHIP}
+        "data": {"ownership.yaml": statusguard::rules::EMBEDDED_OWNERSHIP}
     }))
     .unwrap();
     configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    let widgets = GroupResource::new("example.com", "widgets");
+    let configmap = ConfigMapRef {
+        namespace: NAMESPACE.into(),
+        name: "flush-ownership".into(),
+    };
     let writer = StatusWriter::for_writer_from_configmap(
         api.clone(),
-        NAMESPACE,
-        "flush-ownership",
-        "example.com",
-        "widgets",
+        &configmap,
+        &widgets,
         "system:serviceaccount:platform:widget-scaler",
     )
     .await
@@ -403,7 +490,10 @@ async fn a_writer_reads_its_ownership_from_the_webhooks_configmap() {
         json!({"observedGeneration": 1, "replicas": 4})
     );
 
-    let missing =
-        StatusWriter::for_writer_from_configmap(api.clone(), NAMESPACE, "nope", "example.com", "widgets", "x").await;
-    assert!(matches!(missing, Err(FlushError::ConfigMap(_))), "{missing:?}");
+    let nope = ConfigMapRef {
+        namespace: NAMESPACE.into(),
+        name: "nope".into(),
+    };
+    let missing = StatusWriter::for_writer_from_configmap(api.clone(), &nope, &widgets, "x").await;
+    assert!(matches!(missing, Err(FlushError::Rules(_))), "{missing:?}");
 }

@@ -3,7 +3,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use statusguard::server::RulesSource;
+use statusguard::rules::RulesSource;
 use support::scenario::{Scenario, Written};
 use support::webhook::{RunningServer, config, files, write_pair};
 

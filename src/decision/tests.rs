@@ -51,7 +51,8 @@ fn review(user: &str, old: Value, new: Value) -> Value {
 }
 
 fn decide_json(rules: &Ownership, review: &Value, endpoint: Endpoint) -> Decision {
-    let request = parse_request(&serde_json::to_vec(review).unwrap()).unwrap();
+    let body = serde_json::to_vec(review).unwrap();
+    let request = parse_request(&body).unwrap();
     decide(rules, &request, endpoint).unwrap()
 }
 
@@ -488,7 +489,8 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
     let (old, new) = stale();
     let mut r = review(SCALER, old, new);
     r["request"]["oldObject"] = Value::Null;
-    let request = parse_request(&serde_json::to_vec(&r).unwrap()).unwrap();
+    let body = serde_json::to_vec(&r).unwrap();
+    let request = parse_request(&body).unwrap();
     assert!(matches!(
         decide(&rules("enforce"), &request, Endpoint::Validate),
         Err(DecisionError::MissingObject("oldObject"))

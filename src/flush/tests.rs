@@ -3,9 +3,18 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::ownership::same_value;
 
 fn paths(texts: &[&str]) -> Vec<FieldPath> {
     drop_nested(texts.iter().map(|t| FieldPath::parse(t).unwrap()).collect())
+}
+
+fn owned(fields: &[&str], types: &[&str]) -> Owned {
+    Owned::new(paths(fields), types.iter().copied())
+}
+
+fn patch_of(owned: &Owned, staged: &Value, stored: &Value) -> Value {
+    status_merge_patch(owned, &conditions(), staged, stored, "7")
 }
 
 fn object(rv: &str, status: Value) -> Value {
@@ -23,7 +32,7 @@ fn the_patch_holds_only_the_resource_version_declared_fields_and_conditions() {
         json!({"observedGeneration": 3, "replicas": 9, "conditions": [{"type": "Ready"}]}),
     );
     let stored = object("8", json!({"observedGeneration": 2, "replicas": 5}));
-    let patch = status_merge_patch(&paths(&["observedGeneration"]), &conditions(), &staged, &stored).unwrap();
+    let patch = patch_of(&owned(&["observedGeneration"], &["Ready"]), &staged, &stored);
     assert_eq!(
         patch,
         json!({"metadata": {"resourceVersion": "7"}, "status": {"observedGeneration": 3, "conditions": [{"type": "Ready"}]}})
@@ -92,29 +101,41 @@ fn patch_shapes() {
             Some(json!({"bigNumber": 9223372036854775807_i64})),
         ),
     ];
-    for (what, owned, staged, stored, expected) in cases {
-        let patch = status_merge_patch(
-            &paths(&owned),
-            &conditions(),
-            &object("1", staged),
-            &object("2", stored),
-        )
-        .unwrap();
+    for (what, fields, staged, stored, expected) in cases {
+        let patch = patch_of(&owned(&fields, &[]), &object("1", staged), &object("2", stored));
         assert_eq!(patch.get("status"), expected.as_ref(), "{what}");
     }
 }
 
+/// Regression (issue 11, item 3): the conditions sent depend only on the
+/// staged and the stored object, never on whether a conflict happened. A
+/// staged status without a list leaves every stored condition alone.
 #[test]
-fn the_patch_needs_a_resource_version() {
-    let staged = json!({"metadata": {"name": "w"}, "status": {}});
-    assert!(matches!(
-        status_merge_patch(&[], &conditions(), &staged, &staged),
-        Err(FlushError::MissingMetadata("resourceVersion"))
-    ));
+fn without_a_staged_conditions_list_no_condition_is_touched() {
+    let stored = object("8", json!({"conditions": [{"type": "Ready", "status": "True"}]}));
+    let writer = owned(&["replicas"], &["Ready"]);
+    for staged_status in [json!({"replicas": 3}), json!(null)] {
+        let patch = patch_of(&writer, &object("7", staged_status.clone()), &stored);
+        assert!(
+            patch.pointer("/status/conditions").is_none(),
+            "{staged_status}: {patch}"
+        );
+    }
+    // With a list, the owned types are as staged (Ready dropped) and the
+    // others as stored, on the first attempt as on a retry.
+    let staged = object("7", json!({"conditions": [{"type": "Other", "status": "Stale"}]}));
+    let stored = object(
+        "8",
+        json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Other", "status": "Fresh"}]}),
+    );
+    assert_eq!(
+        patch_of(&writer, &staged, &stored)["status"]["conditions"],
+        json!([{"type": "Other", "status": "Fresh"}])
+    );
 }
 
 #[test]
-fn after_a_conflict_owned_conditions_win_and_the_others_come_from_the_server() {
+fn owned_conditions_win_and_the_others_come_from_the_server() {
     let owned: BTreeSet<String> = ["Ready".to_owned()].into();
     let staged = [
         json!({"type": "Ready", "status": "True"}),
@@ -140,16 +161,26 @@ fn after_a_conflict_owned_conditions_win_and_the_others_come_from_the_server() {
     );
 }
 
+/// Issue 11, item 2: inside an owned value, `null` and absent are the same
+/// for the library too: applying the patch leaves the owned value equal (as
+/// the webhook compares) to the staged one, nulls or not.
 #[test]
-fn a_path_below_a_scalar_is_found() {
-    let p = |s| FieldPath::parse(s).unwrap();
-    let status = json!({"summary": 5, "a": {"b": "x"}, "n": null});
-    assert!(runs_below_non_object(Some(&status), &p("summary.ready")));
-    assert!(runs_below_non_object(Some(&status), &p("a.b.c")));
-    assert!(!runs_below_non_object(Some(&status), &p("a.b")));
-    assert!(!runs_below_non_object(Some(&status), &p("n.x")));
-    assert!(!runs_below_non_object(Some(&status), &p("missing.x")));
-    assert!(!runs_below_non_object(None, &p("a.b")));
+fn applied_patches_hold_the_staged_value_with_nulls_as_absences() {
+    let writer = owned(&["extra"], &[]);
+    for (staged, stored) in [
+        (json!({"extra": {"a": null, "b": 1}}), json!({"extra": {"a": "x"}})),
+        (json!({"extra": {"a": {"n": null}}}), json!({})),
+        (json!({"extra": {}}), json!({"extra": {"a": "x", "b": 2}})),
+    ] {
+        let (staged, mut stored) = (object("7", staged), object("8", stored));
+        let patch = patch_of(&writer, &staged, &stored);
+        json_patch::merge(&mut stored, &patch);
+        let path = FieldPath::parse("extra").unwrap();
+        assert!(
+            same_value(path.get(stored.get("status")), path.get(staged.get("status"))),
+            "{stored} vs {staged}"
+        );
+    }
 }
 
 fn test_api() -> Api<kube::api::DynamicObject> {
@@ -170,7 +201,7 @@ async fn declared_paths_are_checked_and_nested_ones_dropped_across_calls() {
         .unwrap()
         .owned_fields(["summary"])
         .unwrap();
-    assert_eq!(writer.owned.unwrap().fields, paths(&["summary"]));
+    assert_eq!(writer.owned.fields(), paths(&["summary"]));
     for bad in ["", ".a", "a.", "a..b"] {
         assert!(
             matches!(
@@ -199,27 +230,20 @@ async fn declared_paths_are_checked_and_nested_ones_dropped_across_calls() {
 #[tokio::test]
 async fn a_writer_from_the_ownership_document_owns_what_the_webhook_enforces() {
     let ownership = Ownership::from_yaml(include_str!("../../examples/ownership.yaml")).unwrap();
+    let widgets = GroupResource::new("example.com", "widgets");
     let writer = StatusWriter::for_writer(
         test_api(),
         &ownership,
-        "example.com",
-        "widgets",
+        &widgets,
         "system:serviceaccount:platform:widget-scaler",
     )
     .unwrap();
-    assert_eq!(
-        writer.owned.unwrap().fields,
-        paths(&["replicas", "scale.lastScaleTime"])
-    );
-    assert_eq!(writer.owned_conditions, ["Scaled".to_owned()].into());
-    let nobody = StatusWriter::for_writer(test_api(), &ownership, "example.com", "widgets", "nobody").unwrap();
-    assert_eq!(
-        nobody.owned,
-        Some(Owned::default()),
-        "an unlisted writer owns nothing, but still patches"
-    );
+    assert_eq!(writer.owned.fields(), paths(&["replicas", "scale.lastScaleTime"]));
+    assert_eq!(writer.owned.conditions(), &BTreeSet::from(["Scaled".to_owned()]));
+    let nobody = StatusWriter::for_writer(test_api(), &ownership, &widgets, "nobody").unwrap();
+    assert_eq!(nobody.owned, Owned::default(), "an unlisted writer owns nothing");
     assert!(matches!(
-        StatusWriter::for_writer(test_api(), &ownership, "", "pods", "x"),
+        StatusWriter::for_writer(test_api(), &ownership, &GroupResource::new("", "pods"), "x"),
         Err(FlushError::NotConfigured(_))
     ));
 }
@@ -251,4 +275,30 @@ fn the_default_retry_is_client_gos() {
         delay >= Duration::from_millis(10) && delay <= Duration::from_millis(11),
         "{delay:?}"
     );
+}
+
+/// Regression (issue 11, item 5): a negative, NaN or huge factor used to
+/// panic in `Duration::from_secs_f64`; such policies cannot be built now,
+/// and no valid one waits past the cap.
+#[test]
+fn retry_policies_are_checked_when_built_and_never_panic() {
+    let base = || RetryPolicy::new(100, Duration::from_secs(1)).unwrap();
+    for factor in [-1.0, f64::NAN, f64::INFINITY, 0.5, 1e300] {
+        assert!(
+            matches!(base().backoff(factor), Err(FlushError::InvalidRetry(_))),
+            "{factor}"
+        );
+    }
+    for jitter in [-0.1, f64::NAN, 2.0] {
+        assert!(
+            matches!(base().jitter(jitter), Err(FlushError::InvalidRetry(_))),
+            "{jitter}"
+        );
+    }
+    assert!(RetryPolicy::new(0, Duration::ZERO).is_err());
+    assert!(RetryPolicy::new(1, Duration::from_secs(3600)).is_err());
+    let steep = base().backoff(10.0).unwrap().jitter(1.0).unwrap();
+    for attempt in [2, 50, 100, u32::MAX] {
+        assert!(steep.delay_before(attempt) <= MAX_RETRY_DELAY);
+    }
 }

@@ -9,13 +9,12 @@
 mod path;
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use serde::Deserialize;
 
-pub use path::{FieldPath, PathError};
-pub(crate) use path::{status_pointer, value_at};
+pub use path::{FieldPath, Parents, PathError, PathTree, condition_type, drop_iteratively, same_value};
 
 /// The `apiVersion` of the ownership document.
 pub const API_VERSION: &str = "statusguard.dev/v1alpha1";
@@ -51,13 +50,14 @@ impl fmt::Display for Mode {
 /// Why a document cannot become rules. `Invalid` carries every rule broken,
 /// each naming where.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OwnershipError {
+    /// Not YAML of the document's shape (with line and column).
     #[error("not a valid ownership document: {0}")]
     Syntax(String),
+    /// Well-formed, but rules are broken; one line per problem.
     #[error("invalid ownership document:\n  - {}", .0.join("\n  - "))]
     Invalid(Vec<String>),
-    #[error("the ConfigMap has no key {CONFIGMAP_KEY:?}")]
-    MissingKey,
 }
 
 impl OwnershipError {
@@ -116,22 +116,16 @@ struct WriterDoc {
     conditions: Vec<String>,
 }
 
-/// Only the one key of a ConfigMap manifest that `check` needs; everything
-/// else in the manifest is Kubernetes' business.
-#[derive(Debug, Deserialize)]
-struct ConfigMapManifest {
-    kind: String,
-    #[serde(default)]
-    data: BTreeMap<String, String>,
-}
-
 // ---- the validated rules -----------------------------------------------
 
 /// Validated ownership rules, ready for decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ownership {
+    /// The mode of every resource that names none.
     pub default_mode: Mode,
+    /// User names that may change any status field (break-glass).
     pub exempt_users: BTreeSet<String>,
+    /// Groups whose members may change any status field.
     pub exempt_groups: BTreeSet<String>,
     resources: Vec<ResourceRules>,
     /// group -> resource -> position in `resources`; looked up with
@@ -142,12 +136,18 @@ pub struct Ownership {
 /// The rules of one group/resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRules {
+    /// The API group; `""` is the core group.
     pub group: String,
+    /// The plural resource name.
     pub resource: String,
+    /// What happens to a write that changes another writer's items.
     pub mode: Mode,
     /// Where the conditions list lives below `.status`.
     pub conditions_path: FieldPath,
+    /// The writers in document order.
     pub writers: Vec<WriterRules>,
+    /// Every status path the decision reads: the owned fields and the conditions list.
+    pub read_paths: PathTree,
 }
 
 /// What one writer owns.
@@ -159,6 +159,36 @@ pub struct WriterRules {
     pub fields: Vec<FieldPath>,
     /// Owned condition types, sorted and unique.
     pub conditions: Vec<String>,
+}
+
+/// A resource by API group and plural name, written `group/resource`
+/// (`resource` alone for the core group).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupResource {
+    /// The API group; `""` is the core group.
+    pub group: String,
+    /// The plural resource name.
+    pub resource: String,
+}
+
+impl GroupResource {
+    /// The resource `resource` of API group `group`.
+    pub fn new(group: impl Into<String>, resource: impl Into<String>) -> Self {
+        Self {
+            group: group.into(),
+            resource: resource.into(),
+        }
+    }
+}
+
+impl fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            f.write_str(&self.resource)
+        } else {
+            write!(f, "{}/{}", self.group, self.resource)
+        }
+    }
 }
 
 /// The API server's user name of a service account.
@@ -173,30 +203,20 @@ impl Ownership {
         compile(doc)
     }
 
-    /// Accepts either the document itself or a ConfigMap manifest holding it
-    /// under `data["ownership.yaml"]` (what `statusguard check FILE` reads).
-    pub fn from_document_or_configmap(text: &str) -> Result<Self, OwnershipError> {
-        if let Ok(cm) = serde_saphyr::from_str::<ConfigMapManifest>(text)
-            && cm.kind == "ConfigMap"
-        {
-            let inner = cm.data.get(CONFIGMAP_KEY).ok_or(OwnershipError::MissingKey)?;
-            return Self::from_yaml(inner);
-        }
-        Self::from_yaml(text)
-    }
-
     /// The rules of a group/resource, if it is configured.
     pub fn resource(&self, group: &str, resource: &str) -> Option<&ResourceRules> {
         let &i = self.index.get(group)?.get(resource)?;
         self.resources.get(i)
     }
 
+    /// Every configured resource, in document order.
     pub fn resources(&self) -> &[ResourceRules] {
         &self.resources
     }
 
-    pub fn is_exempt(&self, username: &str, groups: &[String]) -> bool {
-        self.exempt_users.contains(username) || groups.iter().any(|g| self.exempt_groups.contains(g))
+    /// True when the user or one of its groups is exempt (break-glass).
+    pub fn is_exempt<G: AsRef<str>>(&self, username: &str, groups: &[G]) -> bool {
+        self.exempt_users.contains(username) || groups.iter().any(|g| self.exempt_groups.contains(g.as_ref()))
     }
 
     /// A one-line summary for `check` and logs.
@@ -216,17 +236,14 @@ impl Ownership {
 }
 
 impl ResourceRules {
+    /// The entry of `username`, if the document lists it.
     pub fn writer(&self, username: &str) -> Option<&WriterRules> {
         self.writers.iter().find(|w| w.username == username)
     }
 
     /// `group/resource`, or just `resource` for the core group.
     pub fn name(&self) -> String {
-        if self.group.is_empty() {
-            self.resource.clone()
-        } else {
-            format!("{}/{}", self.group, self.resource)
-        }
+        GroupResource::new(self.group.as_str(), self.resource.as_str()).to_string()
     }
 }
 
@@ -292,86 +309,107 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
 
 fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut Vec<String>) -> Option<ResourceRules> {
     let conditions_text = r.conditions.as_deref().unwrap_or("conditions");
-    let conditions_path = match FieldPath::parse(conditions_text) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            problems.push(format!("{at}: conditions: {e}"));
-            None
-        }
-    };
-
+    let conditions_path = FieldPath::parse(conditions_text)
+        .map_err(|e| problems.push(format!("{at}: conditions: {e}")))
+        .ok();
     let mut writers: Vec<WriterRules> = Vec::new();
     for (j, w) in r.writers.into_iter().enumerate() {
-        let wat = format!("{at} writers[{j}]");
-        let username = match (&w.service_account, &w.user) {
-            (Some(sa), None) => match sa.split_once('/') {
-                Some((ns, name)) if is_dns_name(ns) && is_dns_name(name) => service_account_username(ns, name),
-                _ => {
-                    problems.push(format!("{wat}: serviceAccount {sa:?} must be NAMESPACE/NAME"));
-                    continue;
-                }
-            },
-            (None, Some(user)) if !user.is_empty() => user.clone(),
-            (None, Some(_)) => {
-                problems.push(format!("{wat}: user is empty"));
-                continue;
-            }
-            _ => {
-                problems.push(format!("{wat}: a writer needs exactly one of serviceAccount or user"));
-                continue;
-            }
-        };
-        let wat = format!("{at} writer {username}");
-        if writers.iter().any(|other| other.username == username) {
-            problems.push(format!("{wat}: appears twice"));
-            continue;
-        }
-
-        let mut fields = Vec::new();
-        for text in &w.fields {
-            match FieldPath::parse(text) {
-                Ok(path) => {
-                    if let Some(cond) = &conditions_path
-                        && path.overlaps(cond)
-                    {
-                        problems.push(format!(
-                            "{wat}: field {text:?} overlaps the conditions list at status.{cond}; own condition types instead"
-                        ));
-                        continue;
-                    }
-                    fields.push(path);
-                }
-                Err(e) => problems.push(format!("{wat}: field: {e}")),
+        if let Some(writer) = compile_writer(w, at, j, conditions_path.as_ref(), problems) {
+            if writers.iter().any(|other| other.username == writer.username) {
+                problems.push(format!("{at} writer {}: appears twice", writer.username));
+            } else {
+                writers.push(writer);
             }
         }
-        let mut conditions: Vec<String> = Vec::new();
-        for ty in w.conditions {
-            if ty.is_empty() {
-                problems.push(format!("{wat}: empty condition type"));
-            } else if !conditions.contains(&ty) {
-                conditions.push(ty);
-            }
-        }
-        writers.push(WriterRules {
-            username,
-            fields: drop_nested(fields),
-            conditions: {
-                conditions.sort();
-                conditions
-            },
-        });
     }
+    check_single_owners(&writers, at, problems);
+    let conditions_path = conditions_path?;
+    let read_paths = PathTree::of(
+        writers
+            .iter()
+            .flat_map(|w| &w.fields)
+            .chain(std::iter::once(&conditions_path)),
+    );
+    Some(ResourceRules {
+        group: r.group,
+        resource: r.resource,
+        mode: r.mode.unwrap_or(default_mode),
+        conditions_path,
+        writers,
+        read_paths,
+    })
+}
 
+/// One writer's entry, or `None` (with the problems noted) when it names no
+/// valid identity.
+fn compile_writer(
+    w: WriterDoc,
+    at: &str,
+    index: usize,
+    conditions_path: Option<&FieldPath>,
+    problems: &mut Vec<String>,
+) -> Option<WriterRules> {
+    let entry_at = format!("{at} writers[{index}]");
+    let username = match (&w.service_account, &w.user) {
+        (Some(sa), None) => match sa.split_once('/') {
+            Some((ns, name)) if is_namespace_name(ns) && is_dns_subdomain(name) => service_account_username(ns, name),
+            _ => {
+                problems.push(format!(
+                    "{entry_at}: serviceAccount {sa:?} must be NAMESPACE/NAME (a namespace is a DNS label: lower case, digits and '-')"
+                ));
+                return None;
+            }
+        },
+        (None, Some(user)) if !user.is_empty() => user.clone(),
+        (None, Some(_)) => {
+            problems.push(format!("{entry_at}: user is empty"));
+            return None;
+        }
+        _ => {
+            problems.push(format!(
+                "{entry_at}: a writer needs exactly one of serviceAccount or user"
+            ));
+            return None;
+        }
+    };
+    let writer_at = format!("{at} writer {username}");
+    let mut fields = Vec::new();
+    for text in &w.fields {
+        match FieldPath::parse(text) {
+            Ok(path) if conditions_path.is_some_and(|c| path.overlaps(c)) => problems.push(format!(
+                "{writer_at}: field {text:?} overlaps the conditions list at status.{}; own condition types instead",
+                conditions_path.map(ToString::to_string).unwrap_or_default()
+            )),
+            Ok(path) => fields.push(path),
+            Err(e) => problems.push(format!("{writer_at}: field: {e}")),
+        }
+    }
+    let mut conditions: Vec<String> = Vec::new();
+    for ty in w.conditions {
+        if ty.is_empty() {
+            problems.push(format!("{writer_at}: empty condition type"));
+        } else if !conditions.contains(&ty) {
+            conditions.push(ty);
+        }
+    }
+    conditions.sort();
+    Some(WriterRules {
+        username,
+        fields: drop_nested(fields),
+        conditions,
+    })
+}
+
+/// Every field and condition type has at most one owner among the writers.
+fn check_single_owners(writers: &[WriterRules], at: &str, problems: &mut Vec<String>) {
     for (a, first) in writers.iter().enumerate() {
         for second in &writers[a + 1..] {
             for p in &first.fields {
-                for q in &second.fields {
-                    if p.overlaps(q) {
-                        problems.push(format!(
-                            "{at}: field {p} of {} and field {q} of {} overlap; a field has one owner",
-                            first.username, second.username
-                        ));
-                    }
+                for q in second.fields.iter().filter(|q| p.overlaps(q)) {
+                    problems.push(format!(
+                        "{at}: field {p} of {} and field {q} of {} overlap; a field has one owner",
+                        first.username, second.username
+                    ));
                 }
             }
             for c in first.conditions.iter().filter(|c| second.conditions.contains(c)) {
@@ -382,19 +420,11 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
             }
         }
     }
-
-    Some(ResourceRules {
-        group: r.group,
-        resource: r.resource,
-        mode: r.mode.unwrap_or(default_mode),
-        conditions_path: conditions_path?,
-        writers,
-    })
 }
 
 /// Keeps only the outermost of one writer's paths: a declared object is owned
 /// whole, so a path below it adds nothing. Order of declaration never matters.
-pub fn drop_nested(mut paths: Vec<FieldPath>) -> Vec<FieldPath> {
+pub(crate) fn drop_nested(mut paths: Vec<FieldPath>) -> Vec<FieldPath> {
     // Sorted by segments, a parent comes right before its children.
     paths.sort();
     paths.dedup();
@@ -407,12 +437,21 @@ pub fn drop_nested(mut paths: Vec<FieldPath>) -> Vec<FieldPath> {
     kept
 }
 
-/// A Kubernetes namespace or service-account name (DNS-1123 subdomain).
-fn is_dns_name(s: &str) -> bool {
+/// A service-account name: a DNS-1123 subdomain (dots allowed).
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && !s.is_empty() && s.split('.').all(|label| is_dns_label(label, 253))
+}
+
+/// A namespace name: a DNS-1123 label (no dots, at most 63 characters).
+fn is_namespace_name(s: &str) -> bool {
+    is_dns_label(s, 63)
+}
+
+fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
-        && s.len() <= 253
+        && s.len() <= max
         && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }

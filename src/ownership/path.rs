@@ -1,15 +1,22 @@
-//! Dot paths below `.status`, as the ownership document writes them.
+//! Dot paths below `.status`, and every operation on the JSON at such a path.
+//!
+//! The webhook (comparing and restoring) and the library (building its merge
+//! patch) must never disagree about what "the value at `status.a.b`" is, so
+//! reading, writing, walking parents and escaping pointers live here only.
 
 use std::fmt;
 
 use jsonptr::PointerBuf;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// A syntax error in a dot path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PathError {
+    /// The path is the empty string.
     #[error("the path is empty")]
     Empty,
+    /// A segment between dots is empty.
     #[error("path {0:?} has an empty segment (a leading, trailing or doubled dot)")]
     EmptySegment(String),
 }
@@ -21,7 +28,21 @@ pub enum PathError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FieldPath(Vec<String>);
 
+/// Where the parents of a path stand in a document (see [`FieldPath::parents_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parents {
+    /// Every parent is an object: the value can be set in place.
+    Objects,
+    /// The first `n` segments (counting `status`) are objects; the next one
+    /// is absent or `null`.
+    MissingAt(usize),
+    /// The first `n` segments are objects; the next one holds a value that is
+    /// not an object, so nothing can be set below it.
+    NonObjectAt(usize),
+}
+
 impl FieldPath {
+    /// Parses a dot path.
     pub fn parse(text: &str) -> Result<Self, PathError> {
         if text.is_empty() {
             return Err(PathError::Empty);
@@ -38,6 +59,7 @@ impl FieldPath {
         Self(vec![segment.to_owned()])
     }
 
+    /// The JSON object keys of the path, outermost first.
     pub fn segments(&self) -> &[String] {
         &self.0
     }
@@ -54,33 +76,178 @@ impl FieldPath {
 
     /// The JSON Pointer of this path inside a whole object: `/status/<segments>`.
     pub fn status_pointer(&self) -> PointerBuf {
-        status_pointer(&self.0)
+        self.keys_from_root(self.0.len() + 1)
+    }
+
+    /// The pointer to the first `n` keys of `status`, then this path's segments.
+    fn keys_from_root(&self, n: usize) -> PointerBuf {
+        PointerBuf::from_tokens(self.keys().take(n))
+    }
+
+    /// `status` followed by the segments: the keys from an object's root.
+    fn keys(&self) -> impl Iterator<Item = &str> {
+        std::iter::once("status").chain(self.0.iter().map(String::as_str))
     }
 
     /// The value at this path below `status`; `None` when it or a parent is
     /// absent, `null`, or a parent is not an object. Absent and `null` are
     /// the same to ownership.
     pub fn get<'a>(&self, status: Option<&'a Value>) -> Option<&'a Value> {
-        value_at(status, &self.0)
+        let mut current = status?;
+        for segment in &self.0 {
+            current = current.as_object()?.get(segment)?;
+        }
+        (!current.is_null()).then_some(current)
+    }
+
+    /// How the parents of this path stand in `root` (an object whose
+    /// `status` holds the path).
+    pub fn parents_in(&self, root: &Value) -> Parents {
+        let keys: Vec<&str> = self.keys().collect();
+        let mut node = root;
+        for (depth, key) in keys[..keys.len() - 1].iter().enumerate() {
+            match node.get(key) {
+                Some(child) if child.is_object() => node = child,
+                None | Some(Value::Null) => return Parents::MissingAt(depth),
+                Some(_) => return Parents::NonObjectAt(depth),
+            }
+        }
+        Parents::Objects
+    }
+
+    /// The JSON Patch `add` that makes this path hold `value` in `root`: at
+    /// the first parent that is missing or not an object, the rest of the
+    /// path is created in one value.
+    pub fn add_operation(&self, root: &Value, value: Value) -> json_patch::AddOperation {
+        let keys: Vec<&str> = self.keys().collect();
+        let objects = match self.parents_in(root) {
+            Parents::Objects => keys.len() - 1,
+            Parents::MissingAt(n) | Parents::NonObjectAt(n) => n,
+        };
+        let mut built = value;
+        for key in keys[objects + 1..].iter().rev() {
+            built = Value::Object(Map::from_iter([((*key).to_owned(), built)]));
+        }
+        json_patch::AddOperation {
+            path: self.keys_from_root(objects + 1),
+            value: built,
+        }
+    }
+
+    /// Sets `status.<path>` in `root` to `value`, making object parents
+    /// (replacing any non-object on the way) as needed. This is what an RFC
+    /// 7386 merge patch does with the same keys.
+    pub fn set_in(&self, root: &mut Value, value: Value) {
+        let mut current = root;
+        for key in self.keys() {
+            if !current.is_object() {
+                *current = Value::Object(Map::new());
+            }
+            let Value::Object(map) = current else { return };
+            current = map.entry(key).or_insert(Value::Null);
+        }
+        *current = value;
     }
 }
 
-/// The non-null value at `segments` below `status`, walking objects only.
-pub(crate) fn value_at<'a, S: AsRef<str>>(status: Option<&'a Value>, segments: &[S]) -> Option<&'a Value> {
-    let mut current = status?;
-    for segment in segments {
-        current = current.as_object()?.get(segment.as_ref())?;
-    }
-    (!current.is_null()).then_some(current)
+/// The status paths a resource's rules read, as a tree of object keys: the
+/// webhook parses exactly these parts of an object and skips the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathTree {
+    children: std::collections::BTreeMap<String, PathTree>,
+    /// The whole value here is read.
+    whole: bool,
 }
 
-/// `/status` followed by `segments`, each escaped per RFC 6901.
-pub(crate) fn status_pointer<S: AsRef<str>>(segments: &[S]) -> PointerBuf {
-    let mut pointer = PointerBuf::from_tokens(["status"]);
-    for segment in segments {
-        pointer.push_back(segment.as_ref());
+impl PathTree {
+    /// The tree of `paths`; a path below another one adds nothing.
+    pub fn of<'a>(paths: impl IntoIterator<Item = &'a FieldPath>) -> Self {
+        let mut root = PathTree::default();
+        for path in paths {
+            let mut node = &mut root;
+            for segment in path.segments() {
+                node = node.children.entry(segment.clone()).or_default();
+            }
+            node.whole = true;
+        }
+        root
     }
-    pointer
+
+    /// The subtree below `key`, when something below it is read.
+    pub fn child(&self, key: &str) -> Option<&PathTree> {
+        self.children.get(key)
+    }
+
+    /// True when the whole value at this node is read.
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+}
+
+/// The `type` of a condition list item, if it has a string one.
+pub fn condition_type(item: &Value) -> Option<&str> {
+    item.get("type").and_then(Value::as_str)
+}
+
+/// Equality as ownership sees it: absent and `null` are the same at every
+/// depth inside objects (a typed client that drops `null` members writes the
+/// same value as one that sends them), numbers compare exactly, and arrays
+/// compare item by item (`null` is a real item in a list).
+///
+/// Iterative, so a value nested as deep as the API server allows never
+/// exhausts the stack.
+pub fn same_value(a: Option<&Value>, b: Option<&Value>) -> bool {
+    let mut pending: Vec<(Option<&Value>, Option<&Value>)> = vec![(a, b)];
+    while let Some((a, b)) = pending.pop() {
+        let (a, b) = (a.filter(|v| !v.is_null()), b.filter(|v| !v.is_null()));
+        match (a, b) {
+            (None, None) => {}
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                for (key, value) in a {
+                    pending.push((Some(value), b.get(key)));
+                }
+                for (key, value) in b {
+                    if !a.contains_key(key) && !value.is_null() {
+                        return false;
+                    }
+                }
+            }
+            (Some(Value::Array(a)), Some(Value::Array(b))) => {
+                if a.len() != b.len() {
+                    return false;
+                }
+                // Inside a list `null` is an item, not an absence.
+                for (x, y) in a.iter().zip(b) {
+                    if x.is_null() != y.is_null() {
+                        return false;
+                    }
+                    pending.push((Some(x), Some(y)));
+                }
+            }
+            (Some(Value::Object(_) | Value::Array(_)), _) | (_, Some(Value::Object(_) | Value::Array(_))) => {
+                return false;
+            }
+            (a, b) => {
+                if a != b {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Drops a value without recursion: serde_json's own `Drop` recurses once
+/// per level, and a value may be nested as deep as the API server allows.
+pub fn drop_iteratively(value: Value) {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Array(items) => pending.extend(items),
+            Value::Object(map) => pending.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
 }
 
 impl fmt::Display for FieldPath {
@@ -94,10 +261,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn p(text: &str) -> FieldPath {
+        FieldPath::parse(text).unwrap()
+    }
+
     #[test]
     fn parses_dot_paths_and_rejects_empty_segments() {
-        assert_eq!(FieldPath::parse("a.b").unwrap().segments(), ["a", "b"]);
-        assert_eq!(FieldPath::parse("a/b~c").unwrap().segments(), ["a/b~c"]);
+        assert_eq!(p("a.b").segments(), ["a", "b"]);
+        assert_eq!(p("a/b~c").segments(), ["a/b~c"]);
         assert_eq!(FieldPath::parse(""), Err(PathError::Empty));
         for bad in [".a", "a.", "a..b", "."] {
             assert!(
@@ -109,13 +280,11 @@ mod tests {
 
     #[test]
     fn pointers_escape_slash_and_tilde() {
-        let path = FieldPath::parse("a/b.c~d").unwrap();
-        assert_eq!(path.status_pointer().as_str(), "/status/a~1b/c~0d");
+        assert_eq!(p("a/b.c~d").status_pointer().as_str(), "/status/a~1b/c~0d");
     }
 
     #[test]
     fn overlap_is_prefix_by_segment_not_by_text() {
-        let p = |s| FieldPath::parse(s).unwrap();
         assert!(p("a.b").is_within(&p("a")));
         assert!(p("a").overlaps(&p("a.b")));
         assert!(!p("ab").overlaps(&p("a")));
@@ -125,10 +294,67 @@ mod tests {
     #[test]
     fn get_treats_null_and_non_object_parents_as_absent() {
         let status = json!({"a": {"b": 1, "n": null}, "s": "x"});
-        let p = |s| FieldPath::parse(s).unwrap();
         assert_eq!(p("a.b").get(Some(&status)), Some(&json!(1)));
         assert_eq!(p("a.n").get(Some(&status)), None);
         assert_eq!(p("s.x").get(Some(&status)), None);
         assert_eq!(p("a.b").get(None), None);
+    }
+
+    #[test]
+    fn parents_and_the_add_that_creates_them() {
+        let root = json!({"status": {"a": {"b": 1}, "s": "x", "n": null}});
+        assert_eq!(p("a.b").parents_in(&root), Parents::Objects);
+        assert_eq!(p("a.c.d").parents_in(&root), Parents::MissingAt(2));
+        assert_eq!(p("s.x").parents_in(&root), Parents::NonObjectAt(1));
+        assert_eq!(p("n.x").parents_in(&root), Parents::MissingAt(1));
+        assert_eq!(p("x").parents_in(&json!({})), Parents::MissingAt(0));
+        let add = p("a.c.d").add_operation(&root, json!(5));
+        assert_eq!(add.path.as_str(), "/status/a/c");
+        assert_eq!(add.value, json!({"d": 5}));
+        let add = p("s.x").add_operation(&root, json!(5));
+        assert_eq!((add.path.as_str(), add.value), ("/status/s", json!({"x": 5})));
+        let add = p("a.b").add_operation(&root, json!(2));
+        assert_eq!((add.path.as_str(), add.value), ("/status/a/b", json!(2)));
+    }
+
+    #[test]
+    fn set_in_makes_object_parents_like_a_merge_patch() {
+        let mut root = json!({"status": {"s": "x"}});
+        p("s.y.z").set_in(&mut root, json!(1));
+        assert_eq!(root, json!({"status": {"s": {"y": {"z": 1}}}}));
+        let mut root = Value::Null;
+        p("a").set_in(&mut root, json!(2));
+        assert_eq!(root, json!({"status": {"a": 2}}));
+    }
+
+    #[test]
+    fn absent_and_null_are_the_same_at_every_depth_but_not_in_lists() {
+        let same = |a: Value, b: Value| same_value(Some(&a), Some(&b));
+        assert!(same(json!({"a": null}), json!({})));
+        assert!(same(json!({"a": {"b": null, "c": 1}}), json!({"a": {"c": 1}})));
+        assert!(!same(json!(null), json!({})));
+        assert!(same_value(None, Some(&Value::Null)));
+        assert!(!same(json!({"a": {"b": 1}}), json!({"a": {}})));
+        assert!(!same(json!([null]), json!([])));
+        assert!(!same(json!([null]), json!([{}])));
+        assert!(same(json!([{"a": null}]), json!([{}])));
+        assert!(!same(json!(1), json!(1.0)));
+        assert!(!same(json!([1, 2]), json!([2, 1])));
+    }
+
+    #[test]
+    fn deep_values_compare_and_drop_without_recursion() {
+        let mut deep = json!(1);
+        let mut other = json!(2);
+        // Built by moving, never through `json!` (which would serialize
+        // the inner value recursively).
+        let wrap = |inner: Value| Value::Object(Map::from_iter([("a".to_owned(), inner)]));
+        for _ in 0..200_000 {
+            deep = wrap(deep);
+            other = wrap(other);
+        }
+        assert!(!same_value(Some(&deep), Some(&other)));
+        drop_iteratively(deep);
+        drop_iteratively(other);
     }
 }

@@ -267,23 +267,25 @@ fn empty_writers_and_writers_that_own_nothing_are_allowed() {
     );
 }
 
+/// Regression (issue 11, item 5): a namespace is a DNS label, so
+/// `ns.a/sa` names no service account and is refused; a dotted name is fine.
 #[test]
-fn a_configmap_manifest_is_read_through_its_key() {
-    let inner = include_str!("../../examples/ownership.yaml");
-    let indented: String = inner.lines().map(|l| format!("    {l}\n")).collect();
-    let cm = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: statusguard\ndata:\n  ownership.yaml: |\n{indented}"
-    );
-    assert_eq!(
-        Ownership::from_document_or_configmap(&cm).unwrap(),
-        Ownership::from_yaml(inner).unwrap()
-    );
-
-    let missing = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  other: y\n";
-    assert!(matches!(
-        Ownership::from_document_or_configmap(missing),
-        Err(OwnershipError::MissingKey)
+fn a_service_account_namespace_cannot_hold_a_dot() {
+    let p = problems(&doc(
+        "  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns.a/sa}\n",
     ));
+    assert!(p[0].contains("must be NAMESPACE/NAME"), "{p:?}");
+    let rules = Ownership::from_yaml(&doc(
+        "  - group: a\n    resource: x\n    writers:\n      - {serviceAccount: ns/sa.v1}\n",
+    ))
+    .unwrap();
+    assert!(
+        rules
+            .resource("a", "x")
+            .unwrap()
+            .writer("system:serviceaccount:ns:sa.v1")
+            .is_some()
+    );
 }
 
 #[test]

@@ -8,8 +8,9 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::App;
+use super::app::App;
 
+/// The admin port's routes: `/healthz`, `/readyz`, `/metrics`.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -1,5 +1,5 @@
-//! The webhook endpoints: read the body, parse, decide, record, answer.
-//! The decision itself is [`crate::decision::decide`].
+//! The webhook endpoints: read the body, answer through the one pipeline,
+//! record, reply. The decision itself is [`crate::decision::decide`].
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,10 +10,11 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use tracing::field::Empty;
 
-use super::App;
-use crate::decision::{Decision, Endpoint, Outcome, decide};
-use crate::review::{encode_response, parse_request};
+use super::app::App;
+use crate::decision::{Decision, Endpoint, Outcome};
+use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
 
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).
@@ -33,39 +34,96 @@ fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
+#[tracing::instrument(name = "review", skip_all, fields(endpoint = endpoint.as_str(), uid = Empty, writer = Empty, decision = Empty))]
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let body = match read_body(&app, request.into_body()).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err((status, reason)) => {
+            tracing::warn!(status = status.as_u16(), %reason, "request refused before it was read");
+            return plain(status, reason);
+        }
     };
     let started = Instant::now();
-    match answer(&app, endpoint, &body) {
-        Ok(response) => response,
-        Err((status, reason)) => {
-            app.metrics.error(endpoint, started.elapsed());
-            plain(status, reason)
+    let rules = app.rules.current();
+    let answer = answer(rules.as_deref(), &body, endpoint);
+    let elapsed = started.elapsed();
+    record(&app, endpoint, &answer, elapsed);
+    let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
+}
+
+/// Metrics for every answer, a log line for every denial, trim, warning
+/// and error; nothing from the object itself beyond its name.
+fn record(app: &App, endpoint: Endpoint, answer: &Answer, elapsed: std::time::Duration) {
+    let span = tracing::Span::current();
+    if let Some(request) = &answer.request {
+        span.record("uid", request.uid.as_str());
+    }
+    match &answer.verdict {
+        Verdict::Decided(decision) => {
+            span.record("writer", decision.writer.as_str());
+            span.record("decision", decision.outcome.as_str());
+            app.metrics.decision(endpoint, decision, elapsed);
+            log_decision(endpoint, answer.request.as_ref(), decision);
+        }
+        Verdict::Refused { code, reason } => {
+            app.metrics.error(endpoint, elapsed);
+            tracing::warn!(code, %reason, "review denied: it cannot be decided");
+        }
+        Verdict::Failed { reason } => {
+            app.metrics.error(endpoint, elapsed);
+            tracing::warn!(status = answer.http_status, %reason, "request refused");
+        }
+        Verdict::NotReady => {
+            app.metrics.error(endpoint, elapsed);
+            tracing::warn!(
+                status = answer.http_status,
+                "review refused: no ownership rules in force yet"
+            );
         }
     }
 }
 
+/// One self-contained line per decision that denied, trimmed or warned, so
+/// that a log search needs no span context.
+fn log_decision(endpoint: Endpoint, request: Option<&RequestFacts>, decision: &Decision) {
+    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned) {
+        return;
+    }
+    let violated: Vec<String> = decision.violations.iter().map(ToString::to_string).collect();
+    let (uid, name, namespace, dry_run) = request.map_or(("", "", "", false), |r| {
+        (r.uid.as_str(), r.name.as_str(), r.namespace.as_str(), r.dry_run)
+    });
+    tracing::info!(
+        uid,
+        endpoint = endpoint.as_str(),
+        decision = decision.outcome.as_str(),
+        writer = %decision.writer,
+        name,
+        namespace,
+        dry_run,
+        group = %decision.labels.group,
+        resource = %decision.labels.resource,
+        violations = %violated.join("; "),
+        "status write {}", decision.outcome.as_str()
+    );
+}
+
 /// Reads the whole body within the size limit and the request timeout.
-async fn read_body(app: &App, body: Body) -> Result<Bytes, Response> {
+async fn read_body(app: &App, body: Body) -> Result<Bytes, (StatusCode, String)> {
     let limit = app.max_body_bytes;
     let read = tokio::time::timeout(app.request_timeout, axum::body::to_bytes(body, limit)).await;
     match read {
-        Err(_) => Err(plain(
+        Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
-            "the request body did not arrive in time",
+            "the request body did not arrive in time".to_owned(),
         )),
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_length_limit(&e) => Err(plain(
+        Ok(Err(e)) if is_length_limit(&e) => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is over {limit} bytes"),
         )),
-        Ok(Err(e)) => Err(plain(
-            StatusCode::BAD_REQUEST,
-            format!("cannot read the request body: {e}"),
-        )),
+        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
     }
 }
 
@@ -78,50 +136,4 @@ fn is_length_limit(error: &axum::Error) -> bool {
         source = e.source();
     }
     false
-}
-
-/// The answer to a review, or the status and one-line reason of a bad one.
-fn answer(app: &App, endpoint: Endpoint, body: &[u8]) -> Result<Response, (StatusCode, String)> {
-    let started = Instant::now();
-    let bad = |e: &dyn std::fmt::Display| (StatusCode::BAD_REQUEST, e.to_string());
-    let request = parse_request(body).map_err(|e| bad(&e))?;
-    let Some(rules) = app.rules.current() else {
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no ownership rules loaded yet".to_owned(),
-        ));
-    };
-    let decision = decide(&rules, &request, endpoint).map_err(|e| bad(&e))?;
-    log_decision(endpoint, &request, &decision);
-    let (group, resource) = (&request.resource.group, &request.resource.resource);
-    app.metrics
-        .decision(endpoint, &decision, group, resource, started.elapsed());
-    let body = encode_response(decision.response).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-/// One line per decision that denied, trimmed or warned; nothing from the
-/// object itself beyond its name, and nothing secret.
-fn log_decision(
-    endpoint: Endpoint,
-    request: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
-    decision: &Decision,
-) {
-    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned) {
-        return;
-    }
-    let violated: Vec<String> = decision.violations.iter().map(ToString::to_string).collect();
-    tracing::info!(
-        uid = %request.uid,
-        endpoint = endpoint.as_str(),
-        decision = decision.outcome.as_str(),
-        group = %request.resource.group,
-        resource = %request.resource.resource,
-        name = %request.name,
-        namespace = request.namespace.as_deref().unwrap_or(""),
-        writer = %decision.writer,
-        dry_run = request.dry_run,
-        violations = %violated.join("; "),
-        "status write {}", decision.outcome.as_str()
-    );
 }

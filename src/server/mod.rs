@@ -1,124 +1,100 @@
 //! `statusguard serve`: the TLS admission webhook and its admin port.
 //!
-//! Plumbing around the pure decision: TLS with certificate reload, the
-//! rules source, probes, metrics, graceful shutdown.
+//! Wiring only. The parts: [`app`] (shared state), [`accept`] (the TLS
+//! accept loop), [`admission`] (the webhook endpoints), [`admin`] (probes and
+//! metrics), [`watch`] (the ConfigMap of cluster mode). The decision itself
+//! is [`crate::pipeline::answer`].
 
-mod admin;
-mod admission;
-pub mod rules;
-mod watch;
+pub mod accept;
+pub mod admin;
+pub mod admission;
+pub mod app;
+pub mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-pub use admin::router as admin_router;
-pub use admission::router as admission_router;
-use rules::RuleStore;
+pub use app::App;
 
 use crate::metrics::Metrics;
-use crate::ownership::Ownership;
-use crate::tls::{self, CertFiles, SwappableCert};
-
-/// The example ownership document, compiled in: the rules `serve` uses when
-/// no source is named, so that it runs on a fresh machine with no setup.
-pub const EMBEDDED_OWNERSHIP: &str = include_str!("../../examples/ownership.yaml");
-
-/// Where the ownership rules come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RulesSource {
-    Embedded,
-    File(PathBuf),
-    ConfigMap { namespace: String, name: String },
-}
+use crate::rules::{ConfigMapRef, LoadError, RulesSource};
+use crate::tls::{self, CertFiles, PemFiles, SwappableCert};
 
 /// Everything `serve` needs; the CLI fills it from flags and environment.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// Where the rules come from.
     pub rules: RulesSource,
+    /// The HTTPS address of `/validate` and `/mutate`.
     pub listen: SocketAddr,
+    /// The plain-HTTP address of the probes and metrics.
     pub admin_listen: SocketAddr,
     /// Certificate and key files; `None` makes a development CA and certificate.
     pub tls_files: Option<CertFiles>,
+    /// How often the certificate files are checked for a change.
     pub tls_reload_interval: Duration,
     /// With generated certificates: where to write the CA that verifies them.
     pub write_ca: Option<PathBuf>,
+    /// More names for a generated certificate.
     pub tls_sans: Vec<String>,
+    /// Larger request bodies get 413.
     pub max_body_bytes: usize,
+    /// Time allowed for a TLS handshake and request headers.
     pub header_read_timeout: Duration,
+    /// Time allowed for a request body.
     pub request_timeout: Duration,
+    /// After the stop signal, how long in-flight requests may take.
     pub shutdown_timeout: Duration,
 }
 
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
+    /// A port could not be bound.
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The certificate could not be loaded or made.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// `--write-ca` could not be written.
     #[error("cannot write the CA to {path}: {source}")]
-    WriteCa { path: PathBuf, source: std::io::Error },
-    #[error("cannot read the ownership document {path}: {source}")]
-    ReadRules { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {source}")]
-    Rules {
-        path: String,
-        source: crate::ownership::OwnershipError,
+    WriteCa {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
     },
+    /// A local rules source is broken: the server does not start on it.
+    #[error(transparent)]
+    Rules(#[from] LoadError),
+    /// Cluster mode without a reachable cluster configuration.
     #[error("cannot reach the Kubernetes API for --configmap (in-cluster config, or KUBECONFIG): {0}")]
     Kube(#[from] kube::Error),
 }
 
-/// State shared by the handlers.
-#[derive(Debug)]
-pub struct App {
-    pub rules: RuleStore,
-    pub metrics: Arc<Metrics>,
-    pub max_body_bytes: usize,
-    pub request_timeout: Duration,
-    tls_ready: AtomicBool,
-    shutting_down: AtomicBool,
+/// Certificate files and what was last loaded from them.
+struct CertReload {
+    files: CertFiles,
+    target: Arc<SwappableCert>,
+    loaded: PemFiles,
 }
 
-impl App {
-    pub fn new(metrics: Arc<Metrics>, max_body_bytes: usize, request_timeout: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            rules: RuleStore::new(metrics.clone()),
-            metrics,
-            max_body_bytes,
-            request_timeout,
-            tls_ready: AtomicBool::new(false),
-            shutting_down: AtomicBool::new(false),
-        })
-    }
-
-    /// `Ok` when the webhook should receive traffic, else why not.
-    pub fn readiness(&self) -> Result<(), String> {
-        if self.shutting_down.load(Ordering::SeqCst) {
-            return Err("shutting down".into());
-        }
-        if !self.tls_ready.load(Ordering::SeqCst) {
-            return Err("TLS is not ready".into());
-        }
-        if self.rules.current().is_none() {
-            let why = self.rules.problem().map(|p| p.to_string()).unwrap_or_default();
-            return Err(format!("no ownership rules loaded: {why}"));
-        }
-        Ok(())
-    }
-
-    pub fn set_tls_ready(&self) {
-        self.tls_ready.store(true, Ordering::SeqCst);
-    }
+/// Cluster mode: the ConfigMap to watch, and the client to watch it with.
+struct ConfigMapWatch {
+    client: kube::Client,
+    configmap: ConfigMapRef,
 }
 
 /// A server with its sockets bound, ready to [`run`](Server::run).
@@ -128,54 +104,54 @@ pub struct Server {
     tls_listener: TcpListener,
     admin_listener: TcpListener,
     acceptor: TlsAcceptor,
-    cert_watch: Option<(CertFiles, Arc<SwappableCert>, tls::PemPair)>,
-    /// Cluster mode: the client and the ConfigMap to watch.
-    configmap_watch: Option<(kube::Client, String, String)>,
+    cert_reload: Option<CertReload>,
+    configmap_watch: Option<ConfigMapWatch>,
 }
 
 impl Server {
-    /// Loads TLS and (for a static source) the rules, and binds both ports.
+    /// Loads TLS and (for a local source) the rules, and binds both ports.
     pub async fn bind(config: ServeConfig) -> Result<Self, ServerError> {
-        let metrics = Arc::new(Metrics::default());
-        let app = App::new(metrics, config.max_body_bytes, config.request_timeout);
+        let app = App::new(
+            Arc::new(Metrics::default()),
+            config.max_body_bytes,
+            config.request_timeout,
+        );
 
-        let mut configmap_watch = None;
-        match &config.rules {
-            RulesSource::Embedded => {
-                let rules = parse_rules("the embedded example", EMBEDDED_OWNERSHIP)?;
-                tracing::info!(summary = %rules.summary(), "no --ownership or --configmap: using the embedded example ownership document");
-                app.rules.replace(rules);
-            }
-            RulesSource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ServerError::ReadRules {
-                    path: path.clone(),
-                    source,
-                })?;
-                let rules = parse_rules(&path.display().to_string(), &text)?;
-                tracing::info!(path = %path.display(), summary = %rules.summary(), "ownership rules loaded");
-                app.rules.replace(rules);
-            }
-            RulesSource::ConfigMap { namespace, name } => {
+        let configmap_watch = match &config.rules {
+            RulesSource::ConfigMap(configmap) => {
                 // Not ready until the watch delivers a first valid document.
                 let client = kube::Client::try_default().await?;
                 app.rules.waiting(format!(
-                    "waiting for the first valid document from ConfigMap {namespace}/{name}"
+                    "waiting for the first valid document from ConfigMap {configmap}"
                 ));
-                configmap_watch = Some((client, namespace.clone(), name.clone()));
+                Some(ConfigMapWatch {
+                    client,
+                    configmap: configmap.clone(),
+                })
             }
-        }
+            local => {
+                let rules = local.load_local()?;
+                tracing::info!(source = %local, summary = %rules.summary(), "ownership rules loaded");
+                app.rules.replace(rules);
+                None
+            }
+        };
 
-        let (resolver, cert_watch) = match &config.tls_files {
+        let (resolver, cert_reload) = match &config.tls_files {
             Some(files) => {
                 let (key, loaded) = files.load()?;
-                let resolver = SwappableCert::new(key);
+                let target = SwappableCert::new(key);
                 tracing::info!(cert = %files.cert.display(), key = %files.key.display(), "serving TLS from files, reloaded when they change");
-                (resolver.clone(), Some((files.clone(), resolver, loaded)))
+                let reload = CertReload {
+                    files: files.clone(),
+                    target: target.clone(),
+                    loaded,
+                };
+                (target, Some(reload))
             }
             None => {
                 let generated = tls::generate_certificates(&config.tls_sans)?;
-                let path = std::path::Path::new("generated");
-                let key = tls::certified_key(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes(), path, path)?;
+                let key = tls::certified_key(&PemFiles::generated(&generated))?;
                 if let Some(path) = &config.write_ca {
                     std::fs::write(path, &generated.ca_pem).map_err(|source| ServerError::WriteCa {
                         path: path.clone(),
@@ -196,26 +172,28 @@ impl Server {
         };
         let tls_listener = bind(config.listen).await?;
         let admin_listener = bind(config.admin_listen).await?;
-        app.set_tls_ready();
         Ok(Self {
             app,
             config,
             tls_listener,
             admin_listener,
             acceptor,
-            cert_watch,
+            cert_reload,
             configmap_watch,
         })
     }
 
+    /// The bound HTTPS address (the real port when 0 was asked for).
     pub fn tls_addr(&self) -> SocketAddr {
         self.tls_listener.local_addr().unwrap_or(self.config.listen)
     }
 
+    /// The bound admin address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_listener.local_addr().unwrap_or(self.config.admin_listen)
     }
 
+    /// The shared state, for tests and embedding.
     pub fn app(&self) -> Arc<App> {
         self.app.clone()
     }
@@ -230,21 +208,21 @@ impl Server {
             tls_listener,
             admin_listener,
             acceptor,
-            cert_watch,
+            cert_reload,
             configmap_watch,
         } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
 
         let mut background = tokio::task::JoinSet::new();
-        if let Some((files, resolver, loaded)) = cert_watch {
+        if let Some(CertReload { files, target, loaded }) = cert_reload {
             let metrics = app.metrics.clone();
-            background.spawn(files.watch(resolver, loaded, config.tls_reload_interval, move |r| {
+            background.spawn(files.watch(target, loaded, config.tls_reload_interval, move |r| {
                 metrics.tls_reload(r.is_ok())
             }));
         }
-        if let Some((client, namespace, name)) = configmap_watch {
-            background.spawn(watch::watch_configmap(client, namespace, name, app.clone()));
+        if let Some(ConfigMapWatch { client, configmap }) = configmap_watch {
+            background.spawn(watch::watch_configmap(client, configmap, app.clone()));
         }
         let admin = admin::router(app.clone());
         background.spawn(async move {
@@ -253,60 +231,14 @@ impl Server {
             }
         });
 
-        let service = TowerToHyperService::new(admission::router(app.clone()));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(config.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
-        let builder = Arc::new(builder);
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let limits = accept::AcceptLimits {
+            header_read_timeout: config.header_read_timeout,
+        };
+        let open = accept::serve_tls(tls_listener, acceptor, admission::router(app.clone()), limits, shutdown).await;
 
-        tokio::pin!(shutdown);
-        loop {
-            let (tcp, peer) = tokio::select! {
-                accepted = tls_listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off, keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let acceptor = acceptor.clone();
-            let builder = builder.clone();
-            let service = service.clone();
-            let watcher = graceful.watcher();
-            let handshake_timeout = config.header_read_timeout;
-            tokio::spawn(async move {
-                // Plain HTTP, a stalled client or a bad certificate request
-                // ends here, before any HTTP is read: never answered.
-                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                let conn = builder.serve_connection(TokioIo::new(tls), service);
-                if let Err(e) = watcher.watch(conn.into_owned()).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-            });
-        }
-
-        app.shutting_down.store(true, Ordering::SeqCst);
-        drop(tls_listener);
+        app.start_shutdown();
         tracing::info!("shutting down: readiness is 503, draining in-flight requests");
-        if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
+        if tokio::time::timeout(config.shutdown_timeout, open.shutdown())
             .await
             .is_err()
         {
@@ -317,20 +249,14 @@ impl Server {
     }
 }
 
-fn parse_rules(origin: &str, text: &str) -> Result<Ownership, ServerError> {
-    Ownership::from_yaml(text).map_err(|source| ServerError::Rules {
-        path: origin.to_owned(),
-        source,
-    })
-}
-
-/// Resolves at the first SIGTERM or SIGINT; a second one exits at once.
-pub async fn shutdown_signal() {
+/// Resolves at the first SIGTERM or SIGINT. `on_second` runs if another
+/// signal arrives afterwards (the binary exits at once then).
+pub async fn shutdown_signal(on_second: impl FnOnce() + Send + 'static) {
     first_signal().await;
-    tokio::spawn(async {
+    tokio::spawn(async move {
         first_signal().await;
         tracing::warn!("second signal: exiting at once");
-        std::process::exit(130);
+        on_second();
     });
 }
 

@@ -1,10 +1,10 @@
 //! Cluster mode: the ownership ConfigMap, watched with kube-runtime.
 //!
-//! Only that one object is watched (a field selector on its name), so a Role
-//! limited to get/list/watch of configmaps in its namespace suffices. A valid
-//! new document replaces the rules atomically; anything else (YAML or schema
-//! errors, overlapping owners, a missing key, a deleted ConfigMap) leaves the
-//! last good rules in force and is reported: a warning log, the
+//! Only that one object is watched ([`watch_object`], a field selector on its
+//! name), so a Role limited to get/list/watch of that ConfigMap suffices. A
+//! valid new document replaces the rules atomically; anything else (YAML or
+//! schema errors, overlapping owners, a missing key, a deleted ConfigMap)
+//! leaves the last good rules in force and is reported: a warning log, the
 //! `rules_stale` gauge and `config_reloads_total`, and a Warning Event on the
 //! ConfigMap (reason `InvalidOwnership`).
 
@@ -14,102 +14,102 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::watcher::watch_object;
 use kube::{Api, Client, Resource as _};
 
-use super::App;
-use crate::configmap::ownership_of;
-use crate::ownership::{CONFIGMAP_KEY, OwnershipError};
+use super::app::App;
+use crate::ownership::CONFIGMAP_KEY;
+use crate::rules::{ConfigMapRef, LoadError, from_configmap};
 
-/// Watches `namespace/name` until the process ends. Watch errors (the API
+/// An Event note holds at most 1 kB.
+const EVENT_NOTE_BYTES: usize = 1000;
+
+/// What the watch last acted on: a re-list after a watch restart delivers
+/// the same object again, which changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Nothing,
+    /// The ConfigMap was absent.
+    Absent,
+    /// The ConfigMap, with this text under the document's key (or none).
+    Document(Option<String>),
+}
+
+/// Watches the ConfigMap until the process ends. Watch errors (the API
 /// server restarting, a 410 Gone) are retried with backoff; the rules in
 /// force never lapse meanwhile.
-pub async fn watch_configmap(client: Client, namespace: String, name: String, app: Arc<App>) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<App>) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
     let reporter = Reporter {
         controller: "statusguard".into(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let recorder = Recorder::new(client, reporter);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
     let mut state = WatchState {
-        namespace,
-        name,
+        configmap,
         app,
-        recorder,
-        last_text: None,
-        seen_in_init: false,
+        recorder: Recorder::new(client, reporter),
+        seen: Seen::Nothing,
     };
-    tracing::info!(configmap = %state.key(), "watching the ownership ConfigMap");
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(WatchEvent::Init) => state.seen_in_init = false,
-            Ok(WatchEvent::InitApply(cm)) => {
-                state.seen_in_init = true;
-                state.apply(&cm).await;
-            }
-            Ok(WatchEvent::InitDone) if !state.seen_in_init => state.gone("not found").await,
-            Ok(WatchEvent::InitDone) => {}
-            Ok(WatchEvent::Apply(cm)) => state.apply(&cm).await,
-            Ok(WatchEvent::Delete(_)) => state.gone("deleted").await,
+    tracing::info!(configmap = %state.configmap, "watching the ownership ConfigMap");
+    let mut updates = watch_object(api, &state.configmap.name).default_backoff().boxed();
+    while let Some(update) = updates.next().await {
+        match update {
+            Ok(Some(object)) => state.apply(&object).await,
+            Ok(None) => state.gone().await,
             Err(e) => {
-                tracing::warn!(configmap = %state.key(), error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
+                tracing::warn!(configmap = %state.configmap, error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
             }
         }
     }
 }
 
 struct WatchState {
-    namespace: String,
-    name: String,
+    configmap: ConfigMapRef,
     app: Arc<App>,
     recorder: Recorder,
-    /// The document text last acted on: a re-list after a watch restart
-    /// delivers the same object again, which changes nothing.
-    last_text: Option<Option<String>>,
-    seen_in_init: bool,
+    seen: Seen,
 }
 
 impl WatchState {
-    fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    fn in_force(&self) -> &'static str {
+        if self.app.rules.current().is_some() {
+            "the last good rules stay in force"
+        } else {
+            "no rules are in force: not ready"
+        }
     }
 
-    async fn apply(&mut self, cm: &ConfigMap) {
-        let text = cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned();
-        if self.last_text.as_ref() == Some(&text) {
+    async fn apply(&mut self, object: &ConfigMap) {
+        let seen = Seen::Document(object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned());
+        if self.seen == seen {
             return;
         }
-        self.last_text = Some(text);
-        match ownership_of(cm) {
+        self.seen = seen;
+        match from_configmap(object, &self.configmap) {
             Ok(rules) => {
                 let summary = rules.summary();
                 let generation = self.app.rules.replace(rules);
-                tracing::info!(configmap = %self.key(), generation, %summary, "ownership rules loaded");
+                tracing::info!(configmap = %self.configmap, generation, %summary, "ownership rules loaded");
             }
-            Err(e) => self.invalid(cm, &e).await,
+            Err(e) => self.invalid(object, &e).await,
         }
     }
 
-    async fn invalid(&self, cm: &ConfigMap, error: &OwnershipError) {
+    async fn invalid(&self, object: &ConfigMap, error: &LoadError) {
         let problems = error.problems();
-        let in_force = if self.app.rules.current().is_some() {
-            "the previous rules stay in force"
-        } else {
-            "no rules are in force yet"
-        };
-        let why = format!(
-            "ConfigMap {} holds an invalid ownership document ({in_force}): {}",
-            self.key(),
-            problems.join("; ")
+        let in_force = self.in_force();
+        tracing::warn!(configmap = %self.configmap, problems = ?problems, "invalid ownership document; {in_force}");
+        self.app.rules.reject(
+            "invalid",
+            format!(
+                "ConfigMap {} holds an invalid ownership document ({in_force}): {}",
+                self.configmap,
+                problems.join("; ")
+            ),
         );
-        tracing::warn!(configmap = %self.key(), problems = ?problems, "invalid ownership document; {in_force}");
-        self.app.rules.reject("invalid", why);
         let mut note = format!("{in_force}: {}", problems.join("; "));
-        // An Event note holds at most 1 kB.
-        if note.len() > 1000 {
-            let mut cut = 997;
+        if note.len() > EVENT_NOTE_BYTES {
+            let mut cut = EVENT_NOTE_BYTES - 3;
             while !note.is_char_boundary(cut) {
                 cut -= 1;
             }
@@ -123,21 +123,24 @@ impl WatchState {
             action: "LoadOwnership".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &cm.object_ref(&())).await {
-            tracing::warn!(configmap = %self.key(), error = %e, "cannot publish the InvalidOwnership event");
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::warn!(configmap = %self.configmap, error = %e, "cannot publish the InvalidOwnership event");
         }
     }
 
-    async fn gone(&mut self, what: &str) {
-        self.last_text = Some(None);
-        let in_force = if self.app.rules.current().is_some() {
-            "the last good rules stay in force"
-        } else {
-            "no rules are in force: not ready"
-        };
-        tracing::warn!(configmap = %self.key(), "the ownership ConfigMap is {what}; {in_force}");
-        self.app
-            .rules
-            .reject("missing", format!("ConfigMap {} is {what}; {in_force}", self.key()));
+    async fn gone(&mut self) {
+        if self.seen == Seen::Absent {
+            return;
+        }
+        self.seen = Seen::Absent;
+        let in_force = self.in_force();
+        tracing::warn!(configmap = %self.configmap, "the ownership ConfigMap is absent; {in_force}");
+        self.app.rules.reject(
+            "missing",
+            format!(
+                "ConfigMap {} is absent (not found or deleted); {in_force}",
+                self.configmap
+            ),
+        );
     }
 }

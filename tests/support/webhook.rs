@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use statusguard::server::{RulesSource, ServeConfig, Server};
+use statusguard::rules::RulesSource;
+use statusguard::server::{ServeConfig, Server};
 use statusguard::tls::{CertFiles, GeneratedCertificates, crypto_provider, generate_certificates};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -4,26 +4,29 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
 
+/// The rules a server decides with, and why its source is not in force when
+/// it is not.
 #[derive(Debug)]
 pub struct RuleStore {
     current: ArcSwapOption<Ownership>,
     generation: AtomicU64,
-    /// Why the source is not (or no longer) what is in force; empty when it is.
-    problem: ArcSwap<String>,
+    /// Why the source is not (or no longer) what is in force.
+    problem: ArcSwapOption<String>,
     metrics: Arc<Metrics>,
 }
 
 impl RuleStore {
+    /// An empty store: nothing in force until [`replace`](Self::replace).
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             current: ArcSwapOption::empty(),
             generation: AtomicU64::new(0),
-            problem: ArcSwap::from_pointee("no ownership document loaded yet".to_owned()),
+            problem: ArcSwapOption::from_pointee("no ownership document loaded yet".to_owned()),
             metrics,
         }
     }
@@ -37,7 +40,7 @@ impl RuleStore {
     pub fn replace(&self, rules: Ownership) -> u64 {
         self.current.store(Some(Arc::new(rules)));
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        self.problem.store(Arc::new(String::new()));
+        self.problem.store(None);
         self.metrics.rules_loaded(generation);
         generation
     }
@@ -45,23 +48,23 @@ impl RuleStore {
     /// The source could not be used: the rules in force stay, and the reason
     /// is shown until a valid document arrives. `result` labels the metric.
     pub fn reject(&self, result: &'static str, why: String) {
-        self.problem.store(Arc::new(why));
+        self.problem.store(Some(Arc::new(why)));
         self.metrics.rules_rejected(result);
     }
 
     /// Why the rules are not loaded yet, before the source was even read
     /// (counted nowhere: nothing was rejected).
     pub fn waiting(&self, why: String) {
-        self.problem.store(Arc::new(why));
+        self.problem.store(Some(Arc::new(why)));
     }
 
+    /// How many times rules were put in force.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
     /// What is wrong with the source, if anything.
     pub fn problem(&self) -> Option<Arc<String>> {
-        let problem = self.problem.load_full();
-        (!problem.is_empty()).then_some(problem)
+        self.problem.load_full()
     }
 }

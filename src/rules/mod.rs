@@ -1,0 +1,18 @@
+//! Where the ownership rules come from ([`source`]) and, in the server, which
+//! rules are in force ([`store`]).
+//!
+//! Every source — the embedded example, a file holding the document or a
+//! ConfigMap manifest, a live ConfigMap — goes through [`source::RulesSource::load`]
+//! or [`source::from_configmap`], which end in the one parser
+//! [`source::parse_document`]: `serve`, `check`, `review` and the library
+//! read a source the same way.
+
+pub mod source;
+#[cfg(feature = "server")]
+pub mod store;
+
+pub use source::{ConfigMapRef, EMBEDDED_OWNERSHIP, LoadError, RulesSource, parse_document};
+#[cfg(feature = "client")]
+pub use source::{fetch_configmap, from_configmap};
+#[cfg(feature = "server")]
+pub use store::RuleStore;

@@ -1,0 +1,81 @@
+//! The TLS accept loop: a connection at a time through rustls into hyper,
+//! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// Limits of the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct AcceptLimits {
+    /// Time allowed for a TLS handshake and for request headers.
+    pub header_read_timeout: Duration,
+}
+
+/// Accepts connections until `stop` resolves, then returns the tracker of
+/// the connections still open, for the caller to drain.
+pub async fn serve_tls(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    router: Router,
+    limits: AcceptLimits,
+    stop: impl Future<Output = ()>,
+) -> GracefulShutdown {
+    let service = TowerToHyperService::new(router);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+
+    tokio::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let acceptor = acceptor.clone();
+        let builder = builder.clone();
+        let service = service.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            // Plain HTTP, a stalled client or a bad certificate request
+            // ends here, before any HTTP is read: never answered.
+            let tls = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = builder.serve_connection(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    graceful
+}

@@ -1,0 +1,54 @@
+//! The state every handler shares: the rules in force, the metrics, the
+//! request limits, and whether the server is shutting down.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+use crate::rules::RuleStore;
+
+/// State shared by the handlers.
+#[derive(Debug)]
+pub struct App {
+    /// The rules in force.
+    pub rules: RuleStore,
+    /// The server's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Time allowed for a request body.
+    pub request_timeout: Duration,
+    shutting_down: AtomicBool,
+}
+
+impl App {
+    /// Fresh state: no rules in force, not shutting down.
+    pub fn new(metrics: Arc<Metrics>, max_body_bytes: usize, request_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            rules: RuleStore::new(metrics.clone()),
+            metrics,
+            max_body_bytes,
+            request_timeout,
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    /// `Ok` when the webhook should receive traffic, else why not. TLS needs
+    /// no entry here: the server only runs once its certificate loaded.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err("shutting down".into());
+        }
+        if self.rules.current().is_none() {
+            let why = self.rules.problem().map(|p| p.to_string()).unwrap_or_default();
+            return Err(format!("no ownership rules loaded: {why}"));
+        }
+        Ok(())
+    }
+
+    /// From now on readiness is 503.
+    pub fn start_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+}
