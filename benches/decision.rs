@@ -12,7 +12,7 @@ use statusguard::review::{encode_response, parse_request};
 use std::hint::black_box;
 
 fn benches(c: &mut Criterion) {
-    let rules = Ownership::from_yaml(common::OWNERSHIP).expect("the benchmark rules are valid");
+    let rules = Ownership::from_yaml(&common::ownership()).expect("the benchmark rules are valid");
     let stale = serde_json::to_vec(&common::review(true)).expect("serializable");
     let own = serde_json::to_vec(&common::review(false)).expect("serializable");
     eprintln!(

@@ -40,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let certs = generate_certificates(&[])?;
     std::fs::write(dir.path().join("tls.crt"), &certs.cert_pem)?;
     std::fs::write(dir.path().join("tls.key"), &certs.key_pem)?;
-    std::fs::write(dir.path().join("ownership.yaml"), common::OWNERSHIP)?;
+    std::fs::write(dir.path().join("ownership.yaml"), common::ownership())?;
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let server = Server::bind(ServeConfig {
         rules: RulesSource::File(dir.path().join("ownership.yaml")),

@@ -74,19 +74,16 @@ fn kinds(manifests: &str) -> Vec<String> {
         .collect()
 }
 
-const OWNERSHIP: &str = r#"
-ownership:
-  apiVersion: statusguard.dev/v1alpha1
-  kind: StatusOwnership
-  mode: enforce
-  exempt: {groups: ["system:masters"]}
-  resources:
-    - group: example.com
-      resource: widgets
-      writers:
-        - {serviceAccount: platform/widget-controller, fields: [observedGeneration, summary], conditions: [Ready]}
-        - {serviceAccount: platform/widget-scaler, fields: [replicas], conditions: [Scaled]}
-"#;
+/// The shared fixture (tests/fixtures/ownership.yaml) as chart values.
+fn ownership() -> String {
+    let fixture = include_str!("fixtures/ownership.yaml");
+    let indented: String = fixture
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    format!("ownership:\n{indented}")
+}
 
 /// (what, values, kinds that must be rendered, kinds that must not)
 fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'static str>)> {
@@ -109,39 +106,43 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
         ),
         (
             "helm certificates",
-            OWNERSHIP.into(),
+            ownership(),
             with(&["Secret", "ValidatingWebhookConfiguration"]),
             vec!["Issuer"],
         ),
         (
             "cert-manager",
-            format!("{OWNERSHIP}certificates: {{mode: certManager}}\n"),
+            format!("{}certificates: {{mode: certManager}}\n", ownership()),
             with(&["Issuer", "Certificate", "ValidatingWebhookConfiguration"]),
             vec!["Secret"],
         ),
         (
             "existing Secret",
-            format!("{OWNERSHIP}certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n"),
+            format!(
+                "{}certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n",
+                ownership()
+            ),
             with(&["ValidatingWebhookConfiguration"]),
             vec!["Secret", "Certificate"],
         ),
         (
             "trim mode",
-            OWNERSHIP.replace("mode: enforce", "mode: trim"),
+            ownership().replace("mode: enforce", "mode: trim"),
             with(&["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]),
             vec![],
         ),
         (
             "NetworkPolicy and ServiceMonitor",
             format!(
-                "{OWNERSHIP}networkPolicy: {{enabled: true}}\nmetrics: {{service: {{enabled: true}}, serviceMonitor: {{enabled: true}}}}\n"
+                "{}networkPolicy: {{enabled: true}}\nmetrics: {{service: {{enabled: true}}, serviceMonitor: {{enabled: true}}}}\n",
+                ownership()
             ),
             with(&["NetworkPolicy", "ServiceMonitor"]),
             vec![],
         ),
         (
             "webhook URL",
-            format!("{OWNERSHIP}webhook: {{url: \"https://127.0.0.1:9443\"}}\n"),
+            format!("{}webhook: {{url: \"https://127.0.0.1:9443\"}}\n", ownership()),
             with(&["ValidatingWebhookConfiguration"]),
             vec![],
         ),
@@ -151,7 +152,7 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
 #[test]
 fn helm_lint_strict_passes() {
     let home = tempfile::tempdir().unwrap();
-    for values in ["", OWNERSHIP] {
+    for values in [String::new(), ownership()] {
         let file = home.path().join("values.yaml");
         std::fs::write(&file, values).unwrap();
         let output = helm(home.path())
@@ -186,10 +187,7 @@ fn every_configuration_renders_what_it_should() {
 
 #[test]
 fn the_webhooks_follow_the_ownership_document_and_the_certificate() {
-    let values = format!(
-        "{}    - {{group: example.com, resource: gadgets, mode: trim}}\n",
-        OWNERSHIP.trim_end().to_owned() + "\n"
-    );
+    let values = ownership().replace("resource: gadgets", "resource: gadgets\n      mode: trim");
     let docs = documents(&template(&values).unwrap());
     let find = |kind: &str| {
         docs.iter()
@@ -246,30 +244,30 @@ fn invalid_values_fail_with_a_clear_message() {
         ("an unknown key", "replica: 2\n".to_owned(), "replica"),
         (
             "an unknown mode",
-            OWNERSHIP.replace("mode: enforce", "mode: block"),
+            ownership().replace("mode: enforce", "mode: block"),
             "mode",
         ),
         (
             "a wrong apiVersion",
-            OWNERSHIP.replace("statusguard.dev/v1alpha1", "v1"),
+            ownership().replace("statusguard.dev/v1alpha1", "v1"),
             "apiVersion",
         ),
         (
             "an unknown ownership key",
-            OWNERSHIP.replace("exempt:", "exemptions:"),
+            ownership().replace("exempt:", "exemptions:"),
             "exemptions",
         ),
         (
             "a writer with two identities",
-            OWNERSHIP.replace(
-                "{serviceAccount: platform/widget-scaler,",
-                "{serviceAccount: platform/widget-scaler, user: bob,",
+            ownership().replace(
+                "- serviceAccount: platform/widget-scaler",
+                "- serviceAccount: platform/widget-scaler\n          user: bob",
             ),
             "writers",
         ),
         (
             "a bad field path",
-            OWNERSHIP.replace("fields: [replicas]", "fields: [\"a..b\"]"),
+            ownership().replace("fields: [replicas, scale.lastScaleTime]", "fields: [\"a..b\"]"),
             "fields",
         ),
         (

@@ -497,3 +497,27 @@ async fn a_writer_reads_its_ownership_from_the_webhooks_configmap() {
     let missing = StatusWriter::for_writer_from_configmap(api.clone(), &nope, &widgets, "x").await;
     assert!(matches!(missing, Err(FlushError::Rules(_))), "{missing:?}");
 }
+
+/// Regression (issue 11, items 5 and 6): `StatusWriter::new(api)` alone, or
+/// with only owned conditions, was the full-Update retry that rolls other
+/// writers back. The owned-fields merge patch is the only path now.
+#[tokio::test]
+async fn a_writer_declaring_only_conditions_or_nothing_never_rolls_anyone_back() {
+    let (api, _) = setup().await;
+    for (name, writer) in [
+        (
+            "only-conditions",
+            StatusWriter::new(api.clone()).owned_conditions(["Ready"]),
+        ),
+        ("nothing", StatusWriter::new(api.clone())),
+    ] {
+        let mut staged = widget(&api, name, json!({"observedGeneration": 1, "replicas": 3})).await;
+        other_writer(&api, name, json!({"observedGeneration": 2})).await;
+        writer.flush(&mut staged).await.unwrap();
+        assert_eq!(
+            stored_status(&api, name).await["observedGeneration"],
+            2,
+            "{name}: rolled back"
+        );
+    }
+}

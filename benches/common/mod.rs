@@ -3,27 +3,10 @@
 
 use serde_json::{Value, json};
 
-pub const OWNERSHIP: &str = r#"
-apiVersion: statusguard.dev/v1alpha1
-kind: StatusOwnership
-mode: trim
-resources:
-  - group: example.com
-    resource: widgets
-    writers:
-      - serviceAccount: platform/widget-controller
-        fields: [observedGeneration, summary]
-        conditions: [Ready, Progressing]
-      - serviceAccount: platform/widget-scaler
-        fields: [replicas, scale.lastScaleTime]
-        conditions: [Scaled]
-      - serviceAccount: platform/widget-health
-        fields: [health]
-        conditions: [Healthy, Degraded]
-      - user: alice@example.com
-        fields: [notes]
-        conditions: [Reviewed]
-"#;
+/// The shared fixture, in trim mode (the costliest).
+pub fn ownership() -> String {
+    include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", "mode: trim")
+}
 
 fn status(observed_generation: i64, replicas: i64) -> Value {
     let types = ["Ready", "Progressing", "Scaled", "Healthy", "Degraded", "Reviewed"];

@@ -7,31 +7,10 @@ use crate::review::parse_request;
 const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
+/// The shared fixture (tests/fixtures/ownership.yaml) in `mode`.
 fn rules(mode: &str) -> Ownership {
-    Ownership::from_yaml(&format!(
-        r#"
-apiVersion: statusguard.dev/v1alpha1
-kind: StatusOwnership
-mode: {mode}
-exempt: {{users: [breakglass], groups: ["system:masters"]}}
-resources:
-  - group: example.com
-    resource: widgets
-    writers:
-      - serviceAccount: platform/widget-controller
-        fields: [observedGeneration, summary, "a/b~c"]
-        conditions: [Ready]
-      - serviceAccount: platform/widget-scaler
-        fields: [replicas, scale.lastScaleTime]
-        conditions: [Scaled]
-  - group: example.com
-    resource: gadgets
-    conditions: health.checks
-    writers:
-      - {{user: alice, fields: [big], conditions: [Ready]}}
-"#
-    ))
-    .unwrap()
+    let text = include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+    Ownership::from_yaml(&text).unwrap()
 }
 
 fn review(user: &str, old: Value, new: Value) -> Value {
@@ -614,5 +593,89 @@ proptest! {
         let rules = Ownership::from_yaml(text).unwrap();
         let d = decide_json(&rules, &review("all", old, new), Endpoint::Validate);
         prop_assert_eq!(d.outcome, Outcome::Allowed);
+    }
+}
+
+/// Adds a `null` member to every object at every depth: what a client that
+/// sends nulls writes where a typed client that drops them writes nothing.
+fn with_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> = map.iter().map(|(k, v)| (k.clone(), with_nulls(v))).collect();
+            out.insert("zz-null".into(), Value::Null);
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(with_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+fn review_with(
+    user: &str,
+    groups: Vec<String>,
+    operation: &str,
+    sub: Option<&str>,
+    resource: &str,
+    old: Value,
+    new: Value,
+) -> Value {
+    let mut r = review(user, old, new);
+    r["request"]["userInfo"]["groups"] = json!(groups);
+    r["request"]["operation"] = json!(operation);
+    r["request"]["resource"]["resource"] = json!(resource);
+    match sub {
+        Some(s) => r["request"]["subResource"] = json!(s),
+        None => {
+            r["request"].as_object_mut().unwrap().remove("subResource");
+        }
+    }
+    r
+}
+
+proptest! {
+    /// Issue 11, item 2: absent and `null` are the same at every depth
+    /// inside owned values (and in condition items).
+    #[test]
+    fn nulls_where_members_are_absent_are_never_a_change(old in status(), writer in writer()) {
+        for (a, b) in [(old.clone(), with_nulls(&old)), (with_nulls(&old), old.clone())] {
+            let d = status_decision("enforce", writer, a, b, Endpoint::Validate);
+            prop_assert_eq!(d.outcome, Outcome::Allowed, "{:?}", d.violations);
+        }
+    }
+
+    /// Issue 12: the narrow parse reads what kube's full AdmissionReview
+    /// parse reads, and deciding on the projected statuses finds exactly the
+    /// violations the full statuses hold.
+    #[test]
+    fn the_narrow_parse_agrees_with_the_full_one(
+        old in status(), new in status(), writer in writer(),
+        groups in prop::collection::vec(prop::sample::select(vec!["system:masters".to_owned(), "g".to_owned()]), 0..2),
+        operation in prop::sample::select(vec!["UPDATE", "CREATE"]),
+        sub in prop::option::of(prop::sample::select(vec!["status", "scale"])),
+        resource in prop::sample::select(vec!["widgets", "gadgets", "others"]),
+    ) {
+        let r = review_with(writer, groups, operation, sub, resource, old.clone(), new.clone());
+        let body = serde_json::to_vec(&r).unwrap();
+        let narrow = parse_request(&body).unwrap();
+        let full: kube::core::admission::AdmissionReview<kube::core::DynamicObject> = serde_json::from_slice(&body).unwrap();
+        let full: kube::core::admission::AdmissionRequest<kube::core::DynamicObject> = full.try_into().unwrap();
+        prop_assert_eq!(&narrow.uid, &full.uid);
+        prop_assert_eq!((&narrow.resource.group, &narrow.resource.resource), (&full.resource.group, &full.resource.resource));
+        prop_assert_eq!(&narrow.sub_resource, &full.sub_resource);
+        prop_assert_eq!(&narrow.operation, &full.operation);
+        prop_assert_eq!(&narrow.user_info.username, &full.user_info.username);
+        prop_assert_eq!(&narrow.user_info.groups, &full.user_info.groups);
+        prop_assert_eq!((narrow.dry_run, &narrow.name, &narrow.namespace), (full.dry_run, &full.name, &full.namespace));
+
+        let rules = rules("enforce");
+        let decision = decide(&rules, &narrow, Endpoint::Validate).unwrap();
+        let expected = match rules.resource("example.com", resource) {
+            Some(resource_rules) if operation == "UPDATE" && sub == Some("status") && !rules.is_exempt(writer, narrow.groups()) => {
+                let status = |o: &Option<kube::core::DynamicObject>| o.as_ref().and_then(|o| o.data.get("status")).cloned();
+                find_violations(resource_rules, writer, status(&full.old_object).as_ref(), status(&full.object).as_ref())
+            }
+            _ => vec![],
+        };
+        prop_assert_eq!(decision.violations, expected);
     }
 }

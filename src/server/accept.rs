@@ -53,6 +53,11 @@ pub async fn serve_tls(
             },
             () = &mut stop => break,
         };
+        // Small responses go out at once: without this, Nagle's algorithm
+        // and the client's delayed ACK can hold an answer for ~40 ms.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let service = service.clone();

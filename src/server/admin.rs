@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::app::App;
+use crate::server::app::App;
 
 /// The admin port's routes: `/healthz`, `/readyz`, `/metrics`.
 pub fn router(app: Arc<App>) -> Router {

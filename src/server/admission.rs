@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tracing::field::Empty;
 
-use super::app::App;
 use crate::decision::{Decision, Endpoint, Outcome};
 use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
+use crate::server::app::App;
 
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).

@@ -17,9 +17,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Client, Resource as _};
 
-use super::app::App;
 use crate::ownership::CONFIGMAP_KEY;
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
+use crate::server::app::App;
 
 /// An Event note holds at most 1 kB.
 const EVENT_NOTE_BYTES: usize = 1000;

@@ -9,7 +9,6 @@
 #![allow(dead_code)]
 
 use std::io::Read as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -24,6 +23,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
+
+use super::wait::free_port;
 
 /// A running control plane. Lives as long as the test binary.
 pub struct Cluster {
@@ -106,13 +107,6 @@ fn log_tail(path: &Path) -> String {
     }
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
 }
 
 /// The folder with kube-apiserver, etcd and helm: built (or found in the
@@ -461,30 +455,24 @@ pub fn widgets(client: &Client, namespace: &str) -> Api<DynamicObject> {
 
 /// Installs `tests/cluster/widget-crd.yaml` and waits until it is Established.
 pub async fn install_widget_crd(client: &Client) {
+    use kube::runtime::wait::{await_condition, conditions};
     let text = include_str!("../cluster/widget-crd.yaml");
     let crd: CustomResourceDefinition = serde_saphyr::from_str(text).unwrap();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     ensure(&api, &crd).await;
     let name = crd.metadata.name.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let current = api.get(&name).await.unwrap();
-        let established = current
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            // Discovery and the storage for the new resource settle just after.
-            let probe = widgets(client, "default");
-            if probe.list(&Default::default()).await.is_ok() {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "the Widget CRD was not Established in time");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let established = await_condition(api, &name, conditions::is_crd_established());
+    tokio::time::timeout(Duration::from_secs(60), established)
+        .await
+        .expect("the Widget CRD was Established in time")
+        .expect("the CRD can be watched");
+    // Discovery and the storage for the new resource settle just after.
+    let probe = widgets(client, "default");
+    let params = kube::api::ListParams::default();
+    super::wait::retry_until(Duration::from_secs(30), "the Widget resource is served", || {
+        probe.list(&params)
+    })
+    .await;
 }
 
 /// Grants `subjects` (namespace, name) get/list/watch/update/patch on widgets and widgets/status.

@@ -4,4 +4,5 @@
 pub mod cluster;
 pub mod legacy;
 pub mod scenario;
+pub mod wait;
 pub mod webhook;

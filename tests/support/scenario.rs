@@ -106,23 +106,22 @@ impl Scenario {
     /// `limit`); returns the value stored. For edits of the rules that take
     /// effect within seconds.
     pub async fn wait_until_writable(&self, who: &Client, name: &str, from: i64, limit: Duration, what: &str) -> i64 {
-        let deadline = tokio::time::Instant::now() + limit;
         let mut value = from;
-        loop {
+        super::wait::retry_until(limit, what, || {
             value += 1;
-            let written = self
-                .merge_patch_status(who, name, json!({"status": {"observedGeneration": value}}))
-                .await;
-            if written.code == 200 {
-                return value;
+            let value = value;
+            async move {
+                let written = self
+                    .merge_patch_status(who, name, json!({"status": {"observedGeneration": value}}))
+                    .await;
+                if written.code == 200 {
+                    Ok(value)
+                } else {
+                    Err(written.body)
+                }
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after {limit:?} waiting for: {what}: {:?}",
-                written.body
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await
     }
 
     /// The bug: the scaler read the widget, then the controller wrote
@@ -220,8 +219,7 @@ impl Scenario {
         {
             self.create_widget("webhook-probe", json!({})).await;
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
+        super::wait::retry_until(Duration::from_secs(30), "the API server calls the webhook", || async {
             let object = self.get(&self.admin, "webhook-probe").await;
             let request = Request::new(self.base_path())
                 .replace_subresource(
@@ -236,19 +234,14 @@ impl Scenario {
                 .unwrap();
             let _ = send(&self.admin, request).await;
             let metrics = metrics().await;
-            if wanted.iter().all(|w| {
+            let called = wanted.iter().all(|w| {
                 metrics
                     .lines()
                     .any(|l| l.starts_with("statusguard_admission_requests_total") && l.contains(w))
-            }) {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the API server never called the webhook:\n{metrics}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            });
+            if called { Ok(()) } else { Err(metrics) }
+        })
+        .await
     }
 
     pub async fn unregister(&self) {

@@ -1,0 +1,103 @@
+//! Shared by the fuzz targets: the rules they decide with, and statuses and
+//! reviews built from the fuzzer's bytes over the keys those rules name, so
+//! that mutations spend their time where ownership is decided.
+#![allow(dead_code)]
+
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use serde_json::{Map, Value, json};
+use statusguard::ownership::Ownership;
+
+/// The shared fixture of the tests, in `mode`.
+pub fn rules(mode: &str) -> Ownership {
+    let text = include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+    match Ownership::from_yaml(&text) {
+        Ok(rules) => rules,
+        Err(e) => panic!("the fixture is valid: {e}"),
+    }
+}
+
+pub const WRITERS: [&str; 6] = [
+    "system:serviceaccount:platform:widget-controller",
+    "system:serviceaccount:platform:widget-scaler",
+    "system:serviceaccount:platform:widget-health",
+    "alice@example.com",
+    "someone-else",
+    "breakglass",
+];
+
+/// Keys at every level: the owned ones (top-level and nested) and others.
+const KEYS: [&str; 12] = [
+    "observedGeneration", "summary", "replicas", "scale", "lastScaleTime", "health", "notes", "a/b~c",
+    "free", "ready", "x", "conditions",
+];
+const TYPES: [&str; 6] = ["Ready", "Progressing", "Scaled", "Healthy", "Other", "Reviewed"];
+
+pub fn value(u: &mut Unstructured<'_>, depth: u32) -> Result<Value> {
+    let choice = if depth == 0 { u.int_in_range(0..=4)? } else { u.int_in_range(0..=7)? };
+    Ok(match choice {
+        0 => Value::Null,
+        1 => Value::Bool(u.arbitrary()?),
+        2 => json!(u.int_in_range(-2i64..=3)?),
+        3 => json!(["a", "b", ""][u.int_in_range(0..=2)?]),
+        4 => json!(u.arbitrary::<f64>()?.is_finite().then_some(1.5)),
+        5 | 6 => {
+            let mut map = Map::new();
+            for _ in 0..u.int_in_range(0..=3)? {
+                map.insert(KEYS[u.int_in_range(0..=KEYS.len() - 1)?].to_owned(), value(u, depth - 1)?);
+            }
+            Value::Object(map)
+        }
+        _ => {
+            let mut items = Vec::new();
+            for _ in 0..u.int_in_range(0..=2)? {
+                items.push(value(u, depth - 1)?);
+            }
+            Value::Array(items)
+        }
+    })
+}
+
+pub fn condition(u: &mut Unstructured<'_>) -> Result<Value> {
+    let mut item = Map::new();
+    if u.int_in_range(0..=9)? > 0 {
+        item.insert("type".into(), json!(TYPES[u.int_in_range(0..=TYPES.len() - 1)?]));
+    }
+    item.insert("status".into(), json!(["True", "False"][u.int_in_range(0..=1)?]));
+    if u.arbitrary()? {
+        item.insert("message".into(), value(u, 1)?);
+    }
+    Ok(Value::Object(item))
+}
+
+/// A status: top-level keys over the fixture's names, maybe a conditions list.
+pub fn status(u: &mut Unstructured<'_>) -> Result<Value> {
+    if u.int_in_range(0..=15)? == 0 {
+        return value(u, 1);
+    }
+    let mut map = Map::new();
+    for _ in 0..u.int_in_range(0..=5)? {
+        map.insert(KEYS[u.int_in_range(0..=KEYS.len() - 2)?].to_owned(), value(u, 3)?);
+    }
+    if u.arbitrary()? {
+        let mut list = Vec::new();
+        for _ in 0..u.int_in_range(0..=4)? {
+            list.push(condition(u)?);
+        }
+        map.insert("conditions".into(), Value::Array(list));
+    }
+    Ok(Value::Object(map))
+}
+
+/// A status UPDATE review of a Widget by one of [`WRITERS`].
+pub fn review(writer: &str, old: &Value, new: &Value) -> Value {
+    let object = |status: &Value| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "uid": "u"},
+               "spec": {"size": 1}, "status": status})
+    };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "fuzz", "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
+        "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
+        "subResource": "status", "name": "w", "namespace": "ns", "operation": "UPDATE",
+        "userInfo": {"username": writer, "groups": ["system:authenticated"]},
+        "object": object(new), "oldObject": object(old)}})
+}

@@ -1,0 +1,30 @@
+//! Any body, on both endpoints and in every mode: the pipeline never
+//! panics, and whatever it answers with 200 is a review echoing the uid.
+#![no_main]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use libfuzzer_sys::fuzz_target;
+use statusguard::decision::Endpoint;
+use statusguard::pipeline::answer;
+use std::sync::LazyLock;
+
+static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
+    LazyLock::new(|| [common::rules("enforce"), common::rules("trim"), common::rules("audit")]);
+
+fuzz_target!(|body: &[u8]| {
+    for rules in RULES.iter() {
+        for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+            let answer = answer(Some(rules), body, endpoint);
+            if answer.http_status == 200 {
+                let sent: serde_json::Value = serde_json::from_slice(&answer.body).expect("a 200 answer is JSON");
+                let uid = answer.request.as_ref().map(|r| r.uid.as_str());
+                assert_eq!(sent["response"]["uid"].as_str(), uid, "the uid is echoed");
+                assert_eq!(sent["kind"], "AdmissionReview");
+            } else {
+                assert!(matches!(answer.http_status, 400 | 500), "{}", answer.http_status);
+            }
+        }
+    }
+});
