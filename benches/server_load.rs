@@ -1,132 +1,370 @@
-//! A load generator for the real server: N keep-alive HTTPS connections on
-//! loopback post the 16 KiB review to /mutate (trim mode) as fast as the
-//! server answers, for a bounded time. Client and server share the machine,
-//! so the figures are a lower bound for the server alone.
+//! statusguard against the null webhook, measured in one run: the server's
+//! own CPU per review (from `/proc/<pid>/stat`), reviews/s and latency, with
+//! the server pinned to core 0 and the load generator (h2load) to core 1.
 //!
-//!     cargo bench --bench server_load
-//!     LOAD_SECONDS=20 LOAD_CONNECTIONS=8 LOAD_ENDPOINT=validate cargo bench --bench server_load
+//!     cargo bench --bench server_load                    # the main comparison
+//!     LOAD_SWEEP=size cargo bench --bench server_load    # 1 KB .. 1 MiB reviews
+//!     LOAD_SWEEP=rules cargo bench --bench server_load   # 1 .. 10,000 resources, 1 .. 1,000 writers
+//!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
+//!
+//! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux). Each
+//! server runs as its own process: statusguard is the real binary, the null
+//! webhook is this executable run with `--serve-null` (the same rustls, hyper
+//! and axum stack and accept loop, answering a constant without parsing).
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
-use statusguard::rules::RulesSource;
-use statusguard::server::{ServeConfig, Server};
-use statusguard::tls::{CertFiles, generate_certificates};
+type Error = Box<dyn std::error::Error>;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
+/// The null webhook, when this executable is run as the server.
+fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let files = statusguard::tls::CertFiles {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+        };
+        let (key, _) = files.load()?;
+        let resolver = statusguard::tls::SwappableCert::new(key);
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::tls::server_config(resolver)?));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let limits = statusguard::server::accept::AcceptLimits {
+            header_read_timeout: Duration::from_secs(10),
+        };
+        statusguard::server::accept::serve_tls(
+            listener,
+            acceptor,
+            common::null_router(),
+            limits,
+            std::future::pending(),
+        )
+        .await;
+        Ok::<(), Error>(())
+    })
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // `cargo bench` passes --bench; `cargo test --benches` passes nothing
-    // that asks for a measurement: run briefly then.
-    let measuring = std::env::args().any(|a| a == "--bench");
-    let seconds: u64 = env_or("LOAD_SECONDS", if measuring { 10 } else { 1 });
-    let connections: usize = env_or("LOAD_CONNECTIONS", 8);
-    let endpoint: String = env_or("LOAD_ENDPOINT", "mutate".to_owned());
+/// A server process, pinned to core 0, killed when dropped.
+struct ServerProcess {
+    child: Child,
+    port: u16,
+}
 
-    let dir = tempfile::tempdir()?;
-    let certs = generate_certificates(&[])?;
-    std::fs::write(dir.path().join("tls.crt"), &certs.cert_pem)?;
-    std::fs::write(dir.path().join("tls.key"), &certs.key_pem)?;
-    std::fs::write(dir.path().join("ownership.yaml"), common::ownership())?;
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let server = Server::bind(ServeConfig {
-        rules: RulesSource::File(dir.path().join("ownership.yaml")),
-        listen: loopback,
-        admin_listen: loopback,
-        tls_files: Some(CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        }),
-        tls_reload_interval: Duration::from_secs(2),
-        write_ca: None,
-        tls_sans: vec![],
-        max_body_bytes: 16 << 20,
-        header_read_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-        shutdown_timeout: Duration::from_secs(5),
-    })
-    .await?;
-    let url = format!("https://localhost:{}/{endpoint}", server.tls_addr().port());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
-    let body = bytes::Bytes::from(serde_json::to_vec(&common::review(true))?);
-    let client = reqwest::Client::builder()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(certs.ca_pem.as_bytes())?)
-        .http1_only()
-        .pool_max_idle_per_host(connections)
-        .timeout(Duration::from_secs(10))
-        .build()?;
-
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..connections {
-        let (client, url, body) = (client.clone(), url.clone(), body.clone());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut errors = 0u64;
-            while Instant::now() < deadline {
-                let sent = Instant::now();
-                let ok = match client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await
-                {
-                    Ok(r) if r.status() == 200 => r.bytes().await.is_ok(),
-                    _ => false,
-                };
-                if ok {
-                    latencies.push(sent.elapsed());
-                } else {
-                    errors += 1;
-                }
+impl ServerProcess {
+    fn start(kind: &str, dir: &Path, rules: &Path) -> Result<Self, Error> {
+        let port = free_port()?;
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let mut command = Command::new("taskset");
+        command.args(["-c", "0"]);
+        match kind {
+            "null" => {
+                command
+                    .arg(std::env::current_exe()?)
+                    .arg("--serve-null")
+                    .arg(port.to_string())
+                    .arg(&cert)
+                    .arg(&key);
             }
-            (latencies, errors)
-        }));
+            _ => {
+                command
+                    .arg(env!("CARGO_BIN_EXE_statusguard"))
+                    .arg("serve")
+                    .arg("--ownership")
+                    .arg(rules)
+                    .args(["--listen", &format!("127.0.0.1:{port}")])
+                    .args(["--admin-listen", &format!("127.0.0.1:{}", free_port()?)])
+                    .arg("--tls-cert")
+                    .arg(&cert)
+                    .arg("--tls-key")
+                    .arg(&key)
+                    .args(["--log-level", "warn"]);
+            }
+        }
+        let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn()?;
+        let server = Self { child, port };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("the {kind} server did not listen on {port}").into())
     }
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    for worker in workers {
-        let (l, e) = worker.await?;
-        latencies.extend(l);
-        errors += e;
+
+    /// utime + stime of the whole process, in seconds.
+    fn cpu_seconds(&self) -> Result<f64, Error> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // The fields after the command name, which may hold spaces.
+        let rest = stat.rsplit_once(')').ok_or("no ')' in /proc/PID/stat")?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 14 and 15 of stat(5) are the 12th and 13th after the name.
+        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+        Ok(ticks / clock_ticks()?)
     }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    println!(
-        "server_load: /{endpoint}, {} byte review, {connections} keep-alive TLS connections, {:.1} s",
-        body.len(),
-        elapsed.as_secs_f64()
-    );
-    println!(
-        "server_load: {} reviews, {errors} errors, {:.0} reviews/s; latency p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        latencies.len(),
-        latencies.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&latencies, 0.50).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.90).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
-    );
-    let _ = stop.send(());
-    serving.await?;
+
+    fn rss_kib(&self) -> Result<u64, Error> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).ok_or("no VmRSS")?;
+        Ok(line.split_whitespace().nth(1).ok_or("no VmRSS value")?.parse()?)
+    }
+}
+
+fn clock_ticks() -> Result<f64, Error> {
+    let out = Command::new("getconf").arg("CLK_TCK").output()?;
+    Ok(String::from_utf8(out.stdout)?.trim().parse()?)
+}
+
+fn free_port() -> Result<u16, Error> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// How h2load drives the server.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    /// HTTP/1.1 keep-alive, one request at a time per connection.
+    Http1 { connections: u32 },
+    /// HTTP/2, `streams` requests in flight per connection.
+    Http2 { connections: u32, streams: u32 },
+    /// HTTP/2, one connection, one stream, a fixed rate: latency as the API server sees it.
+    Paced { rate: u32 },
+}
+
+impl Load {
+    fn label(self) -> String {
+        match self {
+            Load::Http1 { connections } => format!("HTTP/1.1, {connections} connections"),
+            Load::Http2 { connections, streams } => format!("HTTP/2, {connections} connections x {streams} streams"),
+            Load::Paced { rate } => format!("HTTP/2, 1 connection, {rate} reviews/s"),
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    per_second: f64,
+    cpu_per_review_us: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    failed: f64,
+    rss_mib: f64,
+}
+
+fn run(
+    server: &ServerProcess,
+    body: &Path,
+    path: &str,
+    load: Load,
+    seconds: u64,
+    dir: &Path,
+) -> Result<Measured, Error> {
+    let log = dir.join("h2load.log");
+    let mut command = Command::new("taskset");
+    command
+        .args(["-c", "1", "h2load"])
+        .args(["-D", &seconds.to_string()])
+        .arg("-d")
+        .arg(body)
+        .args(["-H", "content-type: application/json"])
+        .arg("--log-file")
+        .arg(&log);
+    match load {
+        Load::Http1 { connections } => command.args(["--h1", "-c", &connections.to_string(), "-m", "1"]),
+        Load::Http2 { connections, streams } => {
+            command.args(["-c", &connections.to_string(), "-m", &streams.to_string()])
+        }
+        Load::Paced { rate } => command.args(["-c", "1", "-m", "1", "--rps", &rate.to_string()]),
+    };
+    command.arg(format!("https://127.0.0.1:{}{path}", server.port));
+    let before = server.cpu_seconds()?;
+    let output = command.output()?;
+    let after = server.cpu_seconds()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!("h2load failed: {text}{}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let field = |prefix: &str, word: &str| -> Option<f64> {
+        let line = text.lines().find(|l| l.starts_with(prefix))?;
+        let parts: Vec<&str> = line.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+        let at = parts.iter().position(|p| *p == word)?;
+        parts.get(at.checked_sub(1)?)?.parse().ok()
+    };
+    let succeeded = field("requests:", "succeeded").ok_or_else(|| format!("no request count in:\n{text}"))?;
+    let failed = field("requests:", "failed").unwrap_or(0.0) + field("requests:", "errored").unwrap_or(0.0);
+    // The log: start time, status, duration (µs), per request.
+    let mut latencies: Vec<f64> = std::fs::read_to_string(&log)?
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse::<f64>().ok())
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let pick = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+            / 1e3
+    };
+    // The CPU window is the whole h2load run: every request it sent.
+    let answered = succeeded + failed;
+    Ok(Measured {
+        per_second: succeeded / seconds as f64,
+        cpu_per_review_us: (after - before) / answered.max(1.0) * 1e6,
+        p50_ms: pick(0.50),
+        p99_ms: pick(0.99),
+        failed,
+        rss_mib: server.rss_kib()? as f64 / 1024.0,
+    })
+}
+
+struct Bench {
+    dir: tempfile::TempDir,
+    seconds: u64,
+}
+
+impl Bench {
+    fn new(seconds: u64) -> Result<Self, Error> {
+        let dir = tempfile::tempdir()?;
+        let certs = statusguard::tls::generate_certificates(&[])?;
+        std::fs::write(dir.path().join("tls.crt"), &certs.cert_pem)?;
+        std::fs::write(dir.path().join("tls.key"), &certs.key_pem)?;
+        Ok(Self { dir, seconds })
+    }
+
+    fn file(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, content)?;
+        Ok(path)
+    }
+
+    /// statusguard and the null webhook on the same load; prints a row each and the ratio.
+    fn compare(
+        &self,
+        what: &str,
+        rules: &Path,
+        body: &Path,
+        path: &str,
+        loads: &[Load],
+    ) -> Result<Vec<(Load, Measured, Measured)>, Error> {
+        let mut results = Vec::new();
+        let null = ServerProcess::start("null", self.dir.path(), rules)?;
+        let guard = ServerProcess::start("statusguard", self.dir.path(), rules)?;
+        let idle_rss = guard.rss_kib()? as f64 / 1024.0;
+        for &load in loads {
+            let n = run(&null, body, path, load, self.seconds, self.dir.path())?;
+            let s = run(&guard, body, path, load, self.seconds, self.dir.path())?;
+            println!(
+                "{what:<34} {:<36} null {:>7.0}/s {:>6.1} µs CPU p50 {:>5.2} p99 {:>5.2} ms | statusguard {:>7.0}/s {:>6.1} µs CPU p50 {:>5.2} p99 {:>5.2} ms rss {:>4.1} MiB (idle {:.1}) failed {} | CPU ratio {:.2}",
+                load.label(),
+                n.per_second,
+                n.cpu_per_review_us,
+                n.p50_ms,
+                n.p99_ms,
+                s.per_second,
+                s.cpu_per_review_us,
+                s.p50_ms,
+                s.p99_ms,
+                s.rss_mib,
+                idle_rss,
+                s.failed + n.failed,
+                s.cpu_per_review_us / n.cpu_per_review_us,
+            );
+            results.push((load, n, s));
+        }
+        Ok(results)
+    }
+}
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--serve-null") {
+        let port: u16 = args.get(at + 1).ok_or("--serve-null PORT CERT KEY")?.parse()?;
+        let cert = PathBuf::from(args.get(at + 2).ok_or("no CERT")?);
+        let key = PathBuf::from(args.get(at + 3).ok_or("no KEY")?);
+        return serve_null(port, &cert, &key);
+    }
+    // `cargo test --benches` runs this without --bench: nothing to measure then.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("server_load: run with `cargo bench --bench server_load`");
+        return Ok(());
+    }
+    for tool in ["h2load", "taskset"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return Err(format!("server_load needs {tool} (Debian: apt-get install nghttp2-client util-linux)").into());
+        }
+    }
+    let bench = Bench::new(env_or("LOAD_SECONDS", 10))?;
+    let default_rules = bench.file(
+        "ownership.yaml",
+        common::ownership().replace("mode: trim", "mode: enforce").as_bytes(),
+    )?;
+    let trim_rules = bench.file("ownership-trim.yaml", common::ownership().as_bytes())?;
+    let stale = bench.file("stale.json", &serde_json::to_vec(&common::review(true))?)?;
+    println!("review: {} bytes", std::fs::metadata(&stale)?.len());
+    let h1 = Load::Http1 { connections: 8 };
+    let h2 = Load::Http2 {
+        connections: 4,
+        streams: 8,
+    };
+    match std::env::var("LOAD_SWEEP").unwrap_or_default().as_str() {
+        "size" => {
+            for bytes in [1 << 10, 35 << 10, 256 << 10, 1 << 20] {
+                let review = serde_json::to_vec(&common::review_shaped(true, common::Shape::sized(bytes)))?;
+                let body = bench.file(&format!("review-{bytes}.json"), &review)?;
+                bench.compare(
+                    &format!("/validate, {} bytes", review.len()),
+                    &default_rules,
+                    &body,
+                    "/validate",
+                    &[h1],
+                )?;
+            }
+        }
+        "rules" => {
+            for (resources, writers) in [(1, 4), (10_000, 4), (1, 1), (1, 1000)] {
+                let rules = bench.file(
+                    &format!("rules-{resources}-{writers}.yaml"),
+                    common::ownership_scaled(resources, writers).as_bytes(),
+                )?;
+                bench.compare(
+                    &format!("{resources} resources, {writers} writers"),
+                    &rules,
+                    &stale,
+                    "/validate",
+                    &[h1],
+                )?;
+            }
+        }
+        _ => {
+            bench.compare(
+                "/validate (enforce: denied)",
+                &default_rules,
+                &stale,
+                "/validate",
+                &[h1, h2],
+            )?;
+            bench.compare("/mutate (trim: patch)", &trim_rules, &stale, "/mutate", &[h1, h2])?;
+            bench.compare(
+                "/validate (enforce: denied)",
+                &default_rules,
+                &stale,
+                "/validate",
+                &[Load::Paced { rate: 1000 }],
+            )?;
+        }
+    }
     Ok(())
 }

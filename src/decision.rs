@@ -19,7 +19,7 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, condition_type, same_value};
-use crate::review::{Depth, ProjectError, ReviewRequest, nesting_depth, project_status};
+use crate::review::{Depth, ObjectView, ProjectError, ReviewRequest, nesting_depth, project_status};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,8 +196,8 @@ pub fn decide(rules: &Ownership, request: &ReviewRequest<'_>, endpoint: Endpoint
     match decide_at(rules, request, endpoint, Depth::Bounded) {
         Err(DecisionError::TooDeep { .. }) => {
             let mut deepest = 0;
-            for (which, raw) in [("object", request.object), ("oldObject", request.old_object)] {
-                let depth = raw.map_or(0, |raw| nesting_depth(raw.get()));
+            for (which, view) in [("object", request.object), ("oldObject", request.old_object)] {
+                let depth = view.and_then(|v| v.status).map_or(0, |raw| nesting_depth(raw.get()));
                 if depth > MAX_NESTING {
                     return Err(DecisionError::TooDeep { which, depth });
                 }
@@ -253,8 +253,10 @@ fn decide_at(
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
 
-    let status = |which: &'static str, raw: Option<&serde_json::value::RawValue>| {
-        let raw = raw.ok_or(DecisionError::MissingObject(which))?;
+    let status = |which: &'static str, view: Option<ObjectView<'_>>| {
+        let Some(raw) = view.ok_or(DecisionError::MissingObject(which))?.status else {
+            return Ok(None);
+        };
         project_status(raw, &resource_rules.read_paths, depth).map_err(|e| match e {
             ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
             other => DecisionError::Malformed {
@@ -309,8 +311,11 @@ pub(crate) fn find_violations(
     old_status: Option<&Value>,
     new_status: Option<&Value>,
 ) -> Vec<Violation> {
-    let old_conditions = conditions(rules, old_status);
-    let new_conditions = conditions(rules, new_status);
+    // Items by type, once: the cost stays flat in the number of writers.
+    let (old_by_type, new_by_type) = (
+        by_type(conditions(rules, old_status)),
+        by_type(conditions(rules, new_status)),
+    );
     let mut violations = Vec::new();
     for owner in rules.writers.iter().filter(|w| w.username != writer) {
         for path in &owner.fields {
@@ -322,7 +327,7 @@ pub(crate) fn find_violations(
             }
         }
         for ty in &owner.conditions {
-            if !same_items(&of_type(old_conditions, ty), &of_type(new_conditions, ty)) {
+            if !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty)) {
                 violations.push(Violation {
                     item: Item::Condition(ty.clone()),
                     owner: owner.username.clone(),
@@ -343,14 +348,27 @@ fn conditions<'a>(rules: &ResourceRules, status: Option<&'a Value>) -> &'a [Valu
         .unwrap_or_default()
 }
 
-fn of_type<'a>(list: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    list.iter().filter(|c| condition_type(c) == Some(ty)).collect()
+fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'v Value] {
+    map.get(ty).map(Vec::as_slice).unwrap_or_default()
+}
+
+fn by_type(list: &[Value]) -> BTreeMap<&str, Vec<&Value>> {
+    let mut map: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for item in list {
+        if let Some(ty) = condition_type(item) {
+            map.entry(ty).or_default().push(item);
+        }
+    }
+    map
 }
 
 /// Equal as multisets: the order of the conditions list does not matter.
 fn same_items(a: &[&Value], b: &[&Value]) -> bool {
     if a.len() != b.len() {
         return false;
+    }
+    if a.is_empty() {
+        return true;
     }
     let mut used = vec![false; b.len()];
     a.iter().all(
@@ -421,15 +439,87 @@ pub(crate) fn restoring_patch(
         }
     }
     if !violated_types.is_empty() {
-        let current = conditions(rules, work.get("status"));
-        let restored = restored_conditions(current, conditions(rules, old_status), &violated_types);
-        if restored != current {
-            let old_list = rules.conditions_path.get(old_status);
-            let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
-            restore(&mut work, &rules.conditions_path, value.as_ref(), &mut ops)?;
+        let old_list = rules.conditions_path.get(old_status);
+        let current = rules.conditions_path.get(work.get("status")).and_then(Value::as_array);
+        let per_item = current.map(|list| {
+            per_item_restore(
+                &rules.conditions_path,
+                list,
+                conditions(rules, old_status),
+                &violated_types,
+            )
+        });
+        match per_item {
+            // An item at a time where the list is there to patch and stays a
+            // list: the patch holds only the restored items.
+            Some((item_ops, left)) if left > 0 || old_list.is_some() => {
+                json_patch::patch(&mut work, &item_ops).map_err(|e| DecisionError::Patch(e.to_string()))?;
+                ops.extend(item_ops);
+            }
+            _ => {
+                let current = conditions(rules, work.get("status"));
+                let restored = restored_conditions(current, conditions(rules, old_status), &violated_types);
+                if restored != current {
+                    let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
+                    restore(&mut work, &rules.conditions_path, value.as_ref(), &mut ops)?;
+                }
+            }
         }
     }
     Ok(Patch(ops))
+}
+
+/// The operations that turn the conditions list `new` into what
+/// [`restored_conditions`] makes of it, one item at a time: a changed item
+/// is replaced where it stands, an added one removed, a removed one
+/// appended. Also returns how many items the list then holds.
+fn per_item_restore(
+    list_path: &FieldPath,
+    new: &[Value],
+    old: &[Value],
+    violated: &BTreeSet<&str>,
+) -> (Vec<PatchOperation>, usize) {
+    let at = |index: &str| {
+        let mut pointer = list_path.status_pointer();
+        pointer.push_back(index);
+        pointer
+    };
+    let mut old_by_type: BTreeMap<&str, VecDeque<&Value>> = BTreeMap::new();
+    for item in old {
+        if let Some(ty) = condition_type(item).filter(|t| violated.contains(t)) {
+            old_by_type.entry(ty).or_default().push_back(item);
+        }
+    }
+    let mut ops = Vec::new();
+    let mut removed = Vec::new();
+    for (index, item) in new.iter().enumerate() {
+        let Some(ty) = condition_type(item).filter(|t| violated.contains(t)) else {
+            continue;
+        };
+        match old_by_type.get_mut(ty).and_then(VecDeque::pop_front) {
+            Some(previous) if same_value(Some(previous), Some(item)) => {}
+            Some(previous) => ops.push(PatchOperation::Replace(json_patch::ReplaceOperation {
+                path: at(&index.to_string()),
+                value: previous.clone(),
+            })),
+            None => removed.push(index),
+        }
+    }
+    // From the end, so that each index still names the item it was found at.
+    for index in removed.iter().rev() {
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: at(&index.to_string()),
+        }));
+    }
+    let mut appended = 0;
+    for previous in old_by_type.into_values().flatten() {
+        appended += 1;
+        ops.push(PatchOperation::Add(json_patch::AddOperation {
+            path: at("-"),
+            value: previous.clone(),
+        }));
+    }
+    (ops, new.len() - removed.len() + appended)
 }
 
 /// The conditions list as written, with each violated type's items put back

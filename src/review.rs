@@ -1,12 +1,12 @@
 //! AdmissionReview on the wire: reading the parts of a request the decision
 //! needs, and writing the response in the form the API server documents.
 //!
-//! The request side is a narrow view of `admission.k8s.io/v1`: `object` and
-//! `oldObject` stay unparsed text ([`RawValue`]) borrowed from the body, and
-//! the decision later parses only the status paths its rules read
-//! ([`project_status`]). Everything else is skipped by serde_json without
-//! being built, and without recursion, so neither the size nor the depth of
-//! an object costs more than reading it. The response side is kube's
+//! The request side is a narrow view of `admission.k8s.io/v1`: of `object`
+//! and `oldObject` only the `status` is kept, as unparsed text
+//! ([`RawValue`]) borrowed from the body, and the decision later parses only
+//! the status paths its rules read ([`project_status`]). Everything else is
+//! skipped by serde_json without being built, and without recursion, so
+//! neither the size nor the depth of an object costs more than reading it. The response side is kube's
 //! [`AdmissionResponse`].
 
 use std::fmt;
@@ -71,15 +71,24 @@ pub struct ReviewRequest<'a> {
     pub operation: Operation,
     /// Who writes.
     pub user_info: Writer,
-    /// The object as it will be stored, unparsed.
+    /// The object as it will be stored.
     #[serde(borrow, default)]
-    pub object: Option<&'a RawValue>,
-    /// The object as it is stored, unparsed.
+    pub object: Option<ObjectView<'a>>,
+    /// The object as it is stored.
     #[serde(borrow, default)]
-    pub old_object: Option<&'a RawValue>,
+    pub old_object: Option<ObjectView<'a>>,
     /// Nothing will be persisted.
     #[serde(default)]
     pub dry_run: bool,
+}
+
+/// An object of a review: only its `status`, unparsed; every other member
+/// is skipped unread.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ObjectView<'a> {
+    /// `status`, absent or `null` alike as `None`.
+    #[serde(borrow, default)]
+    pub status: Option<&'a RawValue>,
 }
 
 /// `request.resource`: the version is not needed, the group and resource are.
@@ -186,30 +195,35 @@ pub enum ProjectError {
     Malformed(serde_json::Error),
 }
 
-/// The parts of `object.status` that `paths` names, as a JSON value that
-/// holds nothing else: each read path with its whole value, and the object
+/// The parts of a status that `paths` names, as a JSON value that holds
+/// nothing else: each read path with its whole value, and the object
 /// parents that lead to it. A parent that is not an object is kept as
-/// `false` (it only matters that it is not an object); an absent or `null`
-/// status is `None`.
-pub fn project_status(object: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
-    let mut deserializer = serde_json::Deserializer::from_str(object.get());
+/// `false` (it only matters that it is not an object); a `null` status is
+/// `None`. In the conditions list, an item of a type `paths` does not read
+/// is kept as `null`, so that every item keeps its index.
+pub fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
+    let mut deserializer = serde_json::Deserializer::from_str(status.get());
     if depth == Depth::Unbounded {
         deserializer.disable_recursion_limit();
     }
-    let status = StatusOf(paths).deserialize(&mut deserializer).map_err(|e| {
-        if is_recursion_limit(&e) {
-            ProjectError::TooDeep
-        } else {
-            ProjectError::Malformed(e)
-        }
-    })?;
+    let status = Projection(paths, depth)
+        .deserialize(&mut deserializer)
+        .map(Some)
+        .map_err(|e| {
+            if is_recursion_limit(&e) {
+                ProjectError::TooDeep
+            } else {
+                ProjectError::Malformed(e)
+            }
+        })?;
     Ok(status.filter(|s| !s.is_null()))
 }
 
 /// serde_json names no error code publicly; this is its message for
-/// `ErrorCode::RecursionLimitExceeded` (pinned by a test).
+/// `ErrorCode::RecursionLimitExceeded` (pinned by a test), also where a
+/// condition item's own parse passes it on.
 fn is_recursion_limit(e: &serde_json::Error) -> bool {
-    e.is_syntax() && e.to_string().starts_with("recursion limit exceeded")
+    e.to_string().starts_with("recursion limit exceeded")
 }
 
 /// The deepest nesting of arrays and objects in JSON text, counted without
@@ -240,87 +254,30 @@ pub fn nesting_depth(json: &str) -> usize {
     deepest
 }
 
-/// An object: only its `status`, projected.
-struct StatusOf<'t>(&'t PathTree);
+/// A map key, borrowed from the body unless it holds escapes.
+struct BorrowedKey;
 
-impl<'de> DeserializeSeed<'de> for StatusOf<'_> {
-    type Value = Option<Value>;
+impl<'de> DeserializeSeed<'de> for BorrowedKey {
+    type Value = std::borrow::Cow<'de, str>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StatusOf<'_> {
-    type Value = Option<Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut status = None;
-        while let Some(key) = map.next_key_seed(KeyIn(&|key| key == "status"))? {
-            if key {
-                status = Some(map.next_value_seed(Projection(self.0))?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(status)
-    }
-
-    // An object that is not an object has no status.
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
-/// A map key, tested without allocating: true when `accept` takes it.
-struct KeyIn<'f>(&'f dyn Fn(&str) -> bool);
-
-impl<'de> DeserializeSeed<'de> for KeyIn<'_> {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for KeyIn<'_> {
-    type Value = bool;
+impl<'de> Visitor<'de> for BorrowedKey {
+    type Value = std::borrow::Cow<'de, str>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string key")
     }
 
-    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
-        Ok((self.0)(key))
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(key))
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(key.to_owned()))
     }
 }
 
@@ -349,7 +306,7 @@ impl<'de, 't> Visitor<'de> for ChildKey<'t> {
 
 /// A value projected on `tree`: whole where the tree reads it whole, else
 /// only the keys the tree names.
-struct Projection<'t>(&'t PathTree);
+struct Projection<'t>(&'t PathTree, Depth);
 
 impl<'de> DeserializeSeed<'de> for Projection<'_> {
     type Value = Value;
@@ -357,10 +314,42 @@ impl<'de> DeserializeSeed<'de> for Projection<'_> {
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
         if self.0.is_whole() {
             Value::deserialize(deserializer)
+        } else if let Some(types) = self.0.condition_types() {
+            deserializer.deserialize_any(ConditionsOf(types, self.1))
         } else {
             deserializer.deserialize_any(self)
         }
     }
+}
+
+/// The scalar visits of a projecting visitor: `null` becomes `$null`, any
+/// other scalar `$other`.
+macro_rules! scalars_as {
+    ($null:expr, $other:expr) => {
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok($null)
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+            Ok($other)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+            Ok($other)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+            Ok($other)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+            Ok($other)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+            Ok($other)
+        }
+    };
 }
 
 /// What stands for a parent that is not an object: only its kind matters.
@@ -378,7 +367,7 @@ impl<'de> Visitor<'de> for Projection<'_> {
         while let Some(key) = map.next_key_seed(ChildKey(self.0))? {
             match key {
                 Some((key, child)) => {
-                    let value = map.next_value_seed(Projection(child))?;
+                    let value = map.next_value_seed(Projection(child, self.1))?;
                     // The last of duplicate keys wins, as in Go and serde_json.
                     projected.insert(key, value);
                 }
@@ -395,29 +384,97 @@ impl<'de> Visitor<'de> for Projection<'_> {
         Ok(NOT_AN_OBJECT)
     }
 
-    fn visit_unit<E>(self) -> Result<Value, E> {
+    scalars_as!(Value::Null, NOT_AN_OBJECT);
+}
+
+/// A conditions list: every item kept in place, read whole only when its
+/// type is one of the set (the others become `null`). Anything but a list
+/// stands for what it is: absent, or not a list.
+struct ConditionsOf<'t>(&'t std::collections::BTreeSet<String>, Depth);
+
+/// One item of a conditions list, read in one pass: its members are kept
+/// as unparsed text until its `type` (which Go writes last) is known; only
+/// an item of a read type is then built, the others become `null`.
+struct ConditionItem<'t>(&'t std::collections::BTreeSet<String>, Depth);
+
+impl<'de> DeserializeSeed<'de> for ConditionItem<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ConditionItem<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members: Vec<(std::borrow::Cow<'de, str>, &'de RawValue)> = Vec::new();
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            members.push((key, map.next_value::<&'de RawValue>()?));
+        }
+        // The last `type` wins, as the last of duplicate keys does in a value.
+        let read = members
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "type")
+            .and_then(|(_, raw)| {
+                serde_json::from_str::<&str>(raw.get())
+                    .map(std::borrow::Cow::Borrowed)
+                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(std::borrow::Cow::Owned))
+                    .ok()
+            })
+            .is_some_and(|ty| self.0.contains(ty.as_ref()));
+        if !read {
+            return Ok(Value::Null);
+        }
+        let mut item = Map::new();
+        for (key, raw) in members {
+            let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+            if self.1 == Depth::Unbounded {
+                deserializer.disable_recursion_limit();
+            }
+            // A recursion-limit error keeps its message, which asks the
+            // caller for the unbounded parse.
+            let value = Value::deserialize(&mut deserializer).map_err(serde::de::Error::custom)?;
+            item.insert(key.into_owned(), value);
+        }
+        Ok(Value::Object(item))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Value::Null)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+    scalars_as!(Value::Null, Value::Null);
+}
+
+impl<'de> Visitor<'de> for ConditionsOf<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(ConditionItem(self.0, self.1))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(NOT_AN_OBJECT)
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
-        Ok(NOT_AN_OBJECT)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
-        Ok(NOT_AN_OBJECT)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
-        Ok(NOT_AN_OBJECT)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
-        Ok(NOT_AN_OBJECT)
-    }
+    scalars_as!(Value::Null, NOT_AN_OBJECT);
 }
 
 /// Encodes a response as an AdmissionReview.
@@ -469,8 +526,9 @@ mod tests {
 
     fn project(object: Value, paths: &[&str]) -> Option<Value> {
         let text = serde_json::to_string(&object).unwrap();
-        let raw: &RawValue = serde_json::from_str(&text).unwrap();
-        project_status(raw, &tree(paths), Depth::Bounded).unwrap()
+        let view: ObjectView<'_> = serde_json::from_str(&text).unwrap();
+        view.status
+            .and_then(|status| project_status(status, &tree(paths), Depth::Bounded).unwrap())
     }
 
     #[test]
@@ -491,22 +549,48 @@ mod tests {
     fn deep_values_outside_the_read_paths_are_skipped_at_any_depth() {
         let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
         let text = format!(r#"{{"spec": {deep}, "status": {{"other": {deep}, "a": 1}}}}"#);
-        let raw: &RawValue = serde_json::from_str(&text).unwrap();
-        let status = project_status(raw, &tree(&["a"]), Depth::Bounded).unwrap();
+        let view: ObjectView<'_> = serde_json::from_str(&text).unwrap();
+        let status = project_status(view.status.unwrap(), &tree(&["a"]), Depth::Bounded).unwrap();
         assert_eq!(status, Some(json!({"a": 1})));
     }
 
     #[test]
     fn a_deep_read_value_asks_for_the_unbounded_parse() {
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        let text = format!(r#"{{"status": {{"a": {deep}}}}}"#);
+        let text = format!(r#"{{"a": {deep}}}"#);
         let raw: &RawValue = serde_json::from_str(&text).unwrap();
         assert!(matches!(
             project_status(raw, &tree(&["a"]), Depth::Bounded),
             Err(ProjectError::TooDeep)
         ));
         let status = project_status(raw, &tree(&["a"]), Depth::Unbounded).unwrap().unwrap();
-        assert_eq!(nesting_depth(&text), 202);
+        assert_eq!(nesting_depth(&text), 201);
+        crate::ownership::drop_iteratively(status);
+    }
+
+    #[test]
+    fn conditions_of_types_nobody_owns_are_kept_in_place_unread() {
+        let conditions = FieldPath::parse("conditions").unwrap();
+        let tree = PathTree::with_conditions([], &conditions, ["Ready".to_owned()]);
+        let text =
+            r#"{"conditions": [{"type": "Other", "x": 1}, {"type": "Ready", "m": null}, 5, {"type": "Re\u0061dy"}]}"#;
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            project_status(raw, &tree, Depth::Bounded).unwrap(),
+            Some(json!({"conditions": [null, {"type": "Ready", "m": null}, null, {"type": "Ready"}]}))
+        );
+        // A deep owned condition asks for the unbounded parse too.
+        let deep = format!(
+            r#"{{"conditions": [{{"type": "Ready", "d": {}1{}}}]}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let raw: &RawValue = serde_json::from_str(&deep).unwrap();
+        assert!(matches!(
+            project_status(raw, &tree, Depth::Bounded),
+            Err(ProjectError::TooDeep)
+        ));
+        let status = project_status(raw, &tree, Depth::Unbounded).unwrap().unwrap();
         crate::ownership::drop_iteratively(status);
     }
 

@@ -178,7 +178,7 @@ async fn nesting_beyond_what_the_api_server_stores_is_denied_in_the_review() {
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 400);
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains("nested 20002 levels deep"), "{message}");
+    assert!(message.contains("nested 20001 levels deep"), "{message}");
 }
 
 #[tokio::test]

@@ -1,4 +1,7 @@
-//! A 16 KiB Widget written by one of four writers: the review the benchmarks answer.
+//! The reviews the benchmarks answer: by default a Widget of about 17 KiB
+//! per object (35 KB in all), 24 conditions and 120 endpoint entries in the
+//! status, written by one of four writers; and the null webhook they are
+//! compared with.
 #![allow(dead_code)]
 
 use serde_json::{Value, json};
@@ -8,9 +11,46 @@ pub fn ownership() -> String {
     include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", "mode: trim")
 }
 
-fn status(observed_generation: i64, replicas: i64) -> Value {
+/// The shape of a benchmark review.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub conditions: usize,
+    pub endpoints: usize,
+    pub message_bytes: usize,
+    pub template_bytes: usize,
+}
+
+impl Shape {
+    /// The review of issue 12: 35 KB, 24 conditions, 120 endpoints.
+    pub const DEFAULT: Shape = Shape {
+        conditions: 24,
+        endpoints: 120,
+        message_bytes: 200,
+        template_bytes: 1200,
+    };
+
+    /// About `bytes` in all (two objects), from 1 KB up.
+    pub fn sized(bytes: usize) -> Shape {
+        if bytes <= 4096 {
+            Shape {
+                conditions: 2,
+                endpoints: 0,
+                message_bytes: 10,
+                template_bytes: 0,
+            }
+        } else {
+            // An endpoint entry is about 70 bytes per object.
+            Shape {
+                endpoints: bytes.saturating_sub(24_000) / 140,
+                ..Shape::DEFAULT
+            }
+        }
+    }
+}
+
+fn status(observed_generation: i64, replicas: i64, shape: Shape) -> Value {
     let types = ["Ready", "Progressing", "Scaled", "Healthy", "Degraded", "Reviewed"];
-    let conditions: Vec<Value> = (0..24)
+    let conditions: Vec<Value> = (0..shape.conditions)
         .map(|i| {
             let ty = if i < types.len() {
                 types[i].to_owned()
@@ -18,7 +58,7 @@ fn status(observed_generation: i64, replicas: i64) -> Value {
                 format!("Extra{i}")
             };
             json!({"type": ty, "status": "True", "reason": "AsExpected", "observedGeneration": observed_generation,
-                   "lastTransitionTime": "2026-12-01T10:00:00Z", "message": "x".repeat(200)})
+                   "lastTransitionTime": "2026-12-01T10:00:00Z", "message": "x".repeat(shape.message_bytes)})
         })
         .collect();
     json!({
@@ -27,7 +67,10 @@ fn status(observed_generation: i64, replicas: i64) -> Value {
         "scale": {"lastScaleTime": "2026-12-01T10:00:00Z"},
         "summary": {"ready": 3, "total": 3, "details": {"ready": 3, "pods": (0..20).map(|i| format!("pod-{i}")).collect::<Vec<_>>()}},
         "health": {"score": 97, "checks": (0..10).map(|i| json!({"name": format!("check-{i}"), "ok": true})).collect::<Vec<_>>()},
-        "notes": "n".repeat(2000),
+        "notes": "n".repeat(200),
+        "endpoints": (0..shape.endpoints)
+            .map(|i| json!({"ip": format!("10.1.{}.{}", i / 250, i % 250), "port": 8080, "ready": true, "zone": "a"}))
+            .collect::<Vec<_>>(),
         "conditions": conditions,
     })
 }
@@ -35,9 +78,14 @@ fn status(observed_generation: i64, replicas: i64) -> Value {
 /// An AdmissionReview of about 16 KiB per object: the scaler's stale retry
 /// (`stale = true`) or a write of only its own field.
 pub fn review(stale: bool) -> Value {
-    let old = status(2, 3);
+    review_shaped(stale, Shape::DEFAULT)
+}
+
+/// [`review`] of another shape.
+pub fn review_shaped(stale: bool, shape: Shape) -> Value {
+    let old = status(2, 3, shape);
     let new = if stale {
-        status(1, 5)
+        status(1, 5, shape)
     } else {
         let mut s = old.clone();
         s["replicas"] = json!(5);
@@ -47,8 +95,8 @@ pub fn review(stale: bool) -> Value {
         json!({
             "apiVersion": "example.com/v1", "kind": "Widget",
             "metadata": {"name": "w1", "namespace": "shop", "uid": "6b1f0f5e", "resourceVersion": "1002", "generation": 2,
-                         "labels": {"app": "shop"}, "annotations": {"note": "a".repeat(1500)}},
-            "spec": {"size": 3, "template": "t".repeat(4000)},
+                         "labels": {"app": "shop"}, "annotations": {"note": "a".repeat(shape.template_bytes / 4)}},
+            "spec": {"size": 3, "template": "t".repeat(shape.template_bytes)},
             "status": status,
         })
     };
@@ -60,4 +108,37 @@ pub fn review(stale: bool) -> Value {
         "userInfo": {"username": "system:serviceaccount:platform:widget-scaler", "groups": ["system:serviceaccounts", "system:authenticated"]},
         "object": object(new), "oldObject": object(old), "dryRun": false,
     }})
+}
+
+/// Rules with `resources` guarded resources (widgets first) and `writers`
+/// writers of widgets: the widget controller (whose items the stale write
+/// changes) and others that own items the review does not hold. For the
+/// configuration sweeps.
+pub fn ownership_scaled(resources: usize, writers: usize) -> String {
+    let mut text = String::from(
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: enforce\nresources:\n  - group: example.com\n    resource: widgets\n    writers:\n      - {serviceAccount: platform/widget-controller, fields: [observedGeneration, summary], conditions: [Ready, Progressing]}\n",
+    );
+    for i in 1..writers {
+        text += &format!("      - {{user: writer-{i}@example.com, fields: [sweep{i}], conditions: [Sweep{i}]}}\n");
+    }
+    for i in 1..resources {
+        text += &format!(
+            "  - group: sweep{i}.example.com\n    resource: things\n    writers:\n      - {{user: a, fields: [x], conditions: [Ready]}}\n"
+        );
+    }
+    text
+}
+
+/// The null webhook: the same rustls (ring) + hyper-util + axum stack and
+/// accept loop as statusguard, reading the whole body and answering a
+/// constant "allowed" without parsing anything. The physical limit.
+pub fn null_router() -> axum::Router {
+    const ALLOWED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true}}"#;
+    let answer = |body: axum::body::Bytes| async move {
+        std::hint::black_box(body.len());
+        ([("content-type", "application/json")], ALLOWED)
+    };
+    axum::Router::new()
+        .route("/validate", axum::routing::post(answer))
+        .route("/mutate", axum::routing::post(answer))
 }

@@ -324,11 +324,10 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     }
     check_single_owners(&writers, at, problems);
     let conditions_path = conditions_path?;
-    let read_paths = PathTree::of(
-        writers
-            .iter()
-            .flat_map(|w| &w.fields)
-            .chain(std::iter::once(&conditions_path)),
+    let read_paths = PathTree::with_conditions(
+        writers.iter().flat_map(|w| &w.fields),
+        &conditions_path,
+        writers.iter().flat_map(|w| w.conditions.iter().cloned()),
     );
     Some(ResourceRules {
         group: r.group,

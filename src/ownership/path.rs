@@ -157,9 +157,33 @@ pub struct PathTree {
     children: std::collections::BTreeMap<String, PathTree>,
     /// The whole value here is read.
     whole: bool,
+    /// A conditions list: only items of these types are read whole.
+    condition_types: Option<std::collections::BTreeSet<String>>,
 }
 
 impl PathTree {
+    /// The tree of `fields` read whole, and of the conditions list at
+    /// `conditions`, whose items are read only when their type is one of
+    /// `types` (an item of a type nobody owns is never compared).
+    pub fn with_conditions<'a>(
+        fields: impl IntoIterator<Item = &'a FieldPath>,
+        conditions: &FieldPath,
+        types: impl IntoIterator<Item = String>,
+    ) -> Self {
+        let mut root = Self::of(fields);
+        let mut node = &mut root;
+        for segment in conditions.segments() {
+            node = node.children.entry(segment.clone()).or_default();
+        }
+        node.condition_types = Some(types.into_iter().collect());
+        root
+    }
+
+    /// At a conditions list: the types whose items are read.
+    pub fn condition_types(&self) -> Option<&std::collections::BTreeSet<String>> {
+        self.condition_types.as_ref()
+    }
+
     /// The tree of `paths`; a path below another one adds nothing.
     pub fn of<'a>(paths: impl IntoIterator<Item = &'a FieldPath>) -> Self {
         let mut root = PathTree::default();
@@ -197,6 +221,12 @@ pub fn condition_type(item: &Value) -> Option<&str> {
 /// Iterative, so a value nested as deep as the API server allows never
 /// exhausts the stack.
 pub fn same_value(a: Option<&Value>, b: Option<&Value>) -> bool {
+    // Without containers on both sides there is nothing to walk: no allocation.
+    match (a.filter(|v| !v.is_null()), b.filter(|v| !v.is_null())) {
+        (None, None) => return true,
+        (Some(Value::Object(_)), Some(Value::Object(_))) | (Some(Value::Array(_)), Some(Value::Array(_))) => {}
+        (a, b) => return a == b,
+    }
     let mut pending: Vec<(Option<&Value>, Option<&Value>)> = vec![(a, b)];
     while let Some((a, b)) = pending.pop() {
         let (a, b) = (a.filter(|v| !v.is_null()), b.filter(|v| !v.is_null()));

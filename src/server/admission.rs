@@ -39,7 +39,12 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     let body = match read_body(&app, request.into_body()).await {
         Ok(body) => body,
         Err((status, reason)) => {
-            tracing::warn!(status = status.as_u16(), %reason, "request refused before it was read");
+            // A client that went away mid-body hears nothing: not worth a warning.
+            if status == StatusCode::BAD_REQUEST {
+                tracing::debug!(status = status.as_u16(), %reason, "request body unreadable");
+            } else {
+                tracing::warn!(status = status.as_u16(), %reason, "request refused before it was read");
+            }
             return plain(status, reason);
         }
     };
