@@ -26,9 +26,12 @@ test: ## every test, against a real kube-apiserver and etcd (the README's comman
 test-one: ## one test file, e.g. make test-one T=e2e_flush
 	./tests/run.sh --test $(T)
 
-bench: ## criterion benchmarks and the TLS load generator
+bench: ## criterion, the load bench against the null webhook (needs h2load), and the end-to-end bench
 	cargo bench --bench decision
 	cargo bench --bench server_load
+	LOAD_SWEEP=size cargo bench --bench server_load
+	LOAD_SWEEP=rules cargo bench --bench server_load
+	cargo bench --bench e2e_apiserver
 
 fuzz: ## every fuzz target for FUZZ_SECONDS each (cargo install cargo-fuzz; nightly)
 	@for t in $(FUZZ_TARGETS); do \

@@ -4,7 +4,7 @@
 //! The request side is a narrow view of `admission.k8s.io/v1`: of `object`
 //! and `oldObject` only the `status` is kept, as unparsed text
 //! ([`RawValue`]) borrowed from the body, and the decision later parses only
-//! the status paths its rules read ([`project_status`]). Everything else is
+//! the status paths its rules read (`project_status`). Everything else is
 //! skipped by serde_json without being built, and without recursion, so
 //! neither the size nor the depth of an object costs more than reading it. The response side is kube's
 //! [`AdmissionResponse`].
@@ -175,7 +175,7 @@ pub fn refuse(mut response: AdmissionResponse, code: u16, reason: &str, message:
 
 /// How deep a parse may nest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Depth {
+pub(crate) enum Depth {
     /// serde_json's default limit (128): for the ordinary stack.
     Bounded,
     /// No limit: only on a stack sized for the text's measured nesting.
@@ -185,7 +185,7 @@ pub enum Depth {
 /// Why the status of an object could not be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ProjectError {
+pub(crate) enum ProjectError {
     /// Nested deeper than a [`Depth::Bounded`] parse allows: parse again
     /// with [`Depth::Unbounded`] on a stack that fits [`nesting_depth`].
     #[error("nested deeper than the bounded parse allows")]
@@ -201,7 +201,7 @@ pub enum ProjectError {
 /// `false` (it only matters that it is not an object); a `null` status is
 /// `None`. In the conditions list, an item of a type `paths` does not read
 /// is kept as `null`, so that every item keeps its index.
-pub fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
+pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
     let mut deserializer = serde_json::Deserializer::from_str(status.get());
     if depth == Depth::Unbounded {
         deserializer.disable_recursion_limit();

@@ -130,13 +130,27 @@ pub fn ownership_scaled(resources: usize, writers: usize) -> String {
 }
 
 /// The null webhook: the same rustls (ring) + hyper-util + axum stack and
-/// accept loop as statusguard, reading the whole body and answering a
-/// constant "allowed" without parsing anything. The physical limit.
+/// accept loop as statusguard, reading the whole body and answering
+/// "allowed" without parsing anything. It echoes the first `"uid":"…"` it
+/// finds, because the API server checks the response's uid: that is the
+/// request's uid in the API server's own encoding, which writes it first.
+/// The physical limit.
 pub fn null_router() -> axum::Router {
-    const ALLOWED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true}}"#;
     let answer = |body: axum::body::Bytes| async move {
-        std::hint::black_box(body.len());
-        ([("content-type", "application/json")], ALLOWED)
+        const KEY: &[u8] = br#""uid":""#;
+        let uid = body
+            .windows(KEY.len())
+            .position(|w| w == KEY)
+            .and_then(|at| {
+                let rest = &body[at + KEY.len()..];
+                let end = rest.iter().position(|&b| b == b'"')?;
+                std::str::from_utf8(&rest[..end]).ok()
+            })
+            .unwrap_or_default();
+        let allowed = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{uid}","allowed":true}}}}"#
+        );
+        ([("content-type", "application/json")], allowed)
     };
     axum::Router::new()
         .route("/validate", axum::routing::post(answer))

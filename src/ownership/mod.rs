@@ -14,7 +14,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
-pub use path::{FieldPath, Parents, PathError, PathTree, condition_type, drop_iteratively, same_value};
+pub(crate) use path::PathTree;
+pub use path::{FieldPath, Parents, PathError, condition_type, drop_iteratively, same_value};
 
 /// The `apiVersion` of the ownership document.
 pub const API_VERSION: &str = "statusguard.dev/v1alpha1";
@@ -147,7 +148,35 @@ pub struct ResourceRules {
     /// The writers in document order.
     pub writers: Vec<WriterRules>,
     /// Every status path the decision reads: the owned fields and the conditions list.
-    pub read_paths: PathTree,
+    pub(crate) read_paths: PathTree,
+    /// Who owns what, by the first segment of a field and by condition type:
+    /// a review is checked for the items it holds, whatever the number of writers.
+    pub(crate) owners: OwnerIndex,
+}
+
+/// Positions in [`ResourceRules::writers`] of the owners of fields (by the
+/// field's first segment: `(writer, field)`) and of condition types.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct OwnerIndex {
+    pub(crate) fields_by_key: HashMap<String, Vec<(usize, usize)>>,
+    pub(crate) by_condition_type: HashMap<String, usize>,
+}
+
+impl OwnerIndex {
+    fn of(writers: &[WriterRules]) -> Self {
+        let mut index = Self::default();
+        for (w, writer) in writers.iter().enumerate() {
+            for (f, field) in writer.fields.iter().enumerate() {
+                if let Some(first) = field.segments().first() {
+                    index.fields_by_key.entry(first.clone()).or_default().push((w, f));
+                }
+            }
+            for ty in &writer.conditions {
+                index.by_condition_type.insert(ty.clone(), w);
+            }
+        }
+        index
+    }
 }
 
 /// What one writer owns.
@@ -329,6 +358,7 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
         &conditions_path,
         writers.iter().flat_map(|w| w.conditions.iter().cloned()),
     );
+    let owners = OwnerIndex::of(&writers);
     Some(ResourceRules {
         group: r.group,
         resource: r.resource,
@@ -336,6 +366,7 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
         conditions_path,
         writers,
         read_paths,
+        owners,
     })
 }
 

@@ -55,6 +55,7 @@ impl FieldPath {
     }
 
     /// A one-segment path; `segment` must be non-empty and hold no dot.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
     pub(crate) fn single(segment: &str) -> Self {
         Self(vec![segment.to_owned()])
     }
@@ -153,7 +154,7 @@ impl FieldPath {
 /// The status paths a resource's rules read, as a tree of object keys: the
 /// webhook parses exactly these parts of an object and skips the rest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PathTree {
+pub(crate) struct PathTree {
     children: std::collections::BTreeMap<String, PathTree>,
     /// The whole value here is read.
     whole: bool,
