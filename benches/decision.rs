@@ -40,8 +40,8 @@ fn benches(c: &mut Criterion) {
     group.bench_function("mutate, stale write (trimmed)", |b| {
         b.iter(|| {
             let request = parse_request(black_box(&stale)).expect("valid");
-            let decision = decide(&rules, &request, Endpoint::Mutate).expect("decided");
-            encode_response(decision.response).expect("encoded")
+            let mut decision = decide(&rules, &request, Endpoint::Mutate).expect("decided");
+            encode_response(&mut decision.response).expect("encoded")
         })
     });
     group.finish();

@@ -18,7 +18,7 @@ use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
 use serde_json::Value;
 
-use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, condition_type, same_value};
+use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, condition_type, drop_iteratively, same_value};
 use crate::review::{Depth, ObjectView, ProjectError, ReviewRequest, nesting_depth, project_status};
 
 /// Which webhook endpoint asked.
@@ -268,14 +268,40 @@ fn decide_at(
     let old = status("oldObject", request.old_object)?;
     let new = status("object", request.object)?;
     let violations = find_violations(resource_rules, writer, old.as_ref(), new.as_ref());
-    if violations.is_empty() {
-        return Ok(decision(Outcome::Allowed, vec![], allow));
-    }
+    let decided = if violations.is_empty() {
+        Ok(decision(Outcome::Allowed, vec![], allow))
+    } else {
+        act(
+            resource_rules,
+            writer,
+            violations,
+            old.as_ref(),
+            new.as_ref(),
+            endpoint,
+            allow,
+        )
+        .map(|(outcome, violations, response)| decision(outcome, violations, response))
+    };
+    // The projections may be nested as deep as the API server allows:
+    // dropped without recursion, whatever the stack.
+    old.into_iter().chain(new).for_each(drop_iteratively);
+    decided
+}
 
+/// What the violations found lead to, by endpoint and mode.
+fn act(
+    resource_rules: &ResourceRules,
+    writer: &str,
+    violations: Vec<Violation>,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    endpoint: Endpoint,
+    allow: AdmissionResponse,
+) -> Result<(Outcome, Vec<Violation>, AdmissionResponse), DecisionError> {
     Ok(match (endpoint, resource_rules.mode) {
         (Endpoint::Validate, Mode::Enforce | Mode::Trim) => {
             let response = deny_conflict(allow, writer, &violations);
-            decision(Outcome::Denied, violations, response)
+            (Outcome::Denied, violations, response)
         }
         (Endpoint::Validate, Mode::Audit) => {
             let mut response = allow;
@@ -291,15 +317,15 @@ fn decide_at(
             response
                 .audit_annotations
                 .insert("writer".to_owned(), writer.to_owned());
-            decision(Outcome::Warned, violations, response)
+            (Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
-            let patch = restoring_patch(resource_rules, &violations, old.as_ref(), new.as_ref())?;
+            let patch = restoring_patch(resource_rules, &violations, old, new)?;
             let mut response = allow
                 .with_patch(patch)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
             response.warnings = Some(violations.iter().map(|v| warning("restored", v)).collect());
-            decision(Outcome::Trimmed, violations, response)
+            (Outcome::Trimmed, violations, response)
         }
     })
 }
@@ -315,15 +341,12 @@ pub(crate) fn find_violations(
     // index: the cost follows the review, not the number of writers.
     // (writer, 0 for a field or 1 for a condition, position): document order.
     let mut found: BTreeSet<(usize, u8, usize)> = BTreeSet::new();
-    let keys = |status: Option<&Value>| -> Vec<String> {
-        status
-            .and_then(Value::as_object)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-    let mut present = keys(old_status);
-    present.extend(keys(new_status));
-    for key in &present {
+    let present: BTreeSet<&str> = [old_status, new_status]
+        .into_iter()
+        .filter_map(|status| status.and_then(Value::as_object))
+        .flat_map(|map| map.keys().map(String::as_str))
+        .collect();
+    for key in present {
         for &(w, f) in rules
             .owners
             .fields_by_key

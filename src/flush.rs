@@ -193,23 +193,13 @@ impl RetryPolicy {
 
     /// Each wait is `factor` times the one before (a finite number from 1 to 10).
     pub fn backoff(mut self, factor: f64) -> Result<Self, FlushError> {
-        if !(1.0..=10.0).contains(&factor) {
-            return Err(FlushError::InvalidRetry(format!(
-                "a backoff factor of {factor} is not from 1 to 10"
-            )));
-        }
-        self.factor = factor;
+        self.factor = within("a backoff factor", factor, 1.0, 10.0)?;
         Ok(self)
     }
 
     /// Each wait is lengthened by a random share up to `jitter` (from 0 to 1).
     pub fn jitter(mut self, jitter: f64) -> Result<Self, FlushError> {
-        if !(0.0..=1.0).contains(&jitter) {
-            return Err(FlushError::InvalidRetry(format!(
-                "a jitter of {jitter} is not from 0 to 1"
-            )));
-        }
-        self.jitter = jitter;
+        self.jitter = within("a jitter", jitter, 0.0, 1.0)?;
         Ok(self)
     }
 
@@ -230,6 +220,17 @@ impl RetryPolicy {
         Duration::try_from_secs_f64(seconds)
             .unwrap_or(MAX_RETRY_DELAY)
             .min(MAX_RETRY_DELAY)
+    }
+}
+
+/// `value`, when it is a number from `low` to `high` (NaN never is).
+fn within(what: &str, value: f64, low: f64, high: f64) -> Result<f64, FlushError> {
+    if (low..=high).contains(&value) {
+        Ok(value)
+    } else {
+        Err(FlushError::InvalidRetry(format!(
+            "{what} of {value} is not from {low} to {high}"
+        )))
     }
 }
 

@@ -9,8 +9,6 @@
 //! Only "no rules in force yet" stays an HTTP 503, so that the webhook's
 //! `failurePolicy` (not statusguard) decides what an unready server means.
 
-use kube::core::admission::AdmissionResponse;
-
 use crate::decision::{Decision, Endpoint, decide};
 use crate::ownership::Ownership;
 use crate::review::{encode_response, parse_request, refuse};
@@ -18,7 +16,7 @@ use crate::review::{encode_response, parse_request, refuse};
 /// What was answered, for logs and metrics.
 #[derive(Debug)]
 pub enum Verdict {
-    /// Decided; the response carries the decision.
+    /// Decided; its response (without the patch, now in the body) is what was sent.
     Decided(Box<Decision>),
     /// A review that could not be decided, denied in-band.
     Refused {
@@ -81,28 +79,23 @@ pub fn answer(rules: Option<&Ownership>, body: &[u8], endpoint: Endpoint) -> Ans
         dry_run: request.dry_run,
     });
     let Some(rules) = rules else {
-        let mut answer = plain(503, uid, Verdict::NotReady);
-        answer.body = b"no ownership rules in force yet\n".to_vec();
-        return answer;
+        return plain(503, uid, Verdict::NotReady);
     };
-    let (response, verdict) = match decide(rules, &request, endpoint) {
-        Ok(mut decision) => (
-            std::mem::replace(&mut decision.response, AdmissionResponse::invalid("")),
-            Verdict::Decided(Box::new(decision)),
-        ),
+    let encoded = match decide(rules, &request, endpoint) {
+        Ok(mut decision) => {
+            encode_response(&mut decision.response).map(|body| (body, Verdict::Decided(Box::new(decision))))
+        }
         Err(e) => {
             let reason = e.to_string();
             let code = e.code();
             let message = format!("statusguard cannot decide this write: {reason}");
             let reason_word = if code >= 500 { "InternalError" } else { "BadRequest" };
-            (
-                refuse(request.allow(), code, reason_word, message),
-                Verdict::Refused { code, reason },
-            )
+            let mut response = refuse(request.allow(), code, reason_word, message);
+            encode_response(&mut response).map(|body| (body, Verdict::Refused { code, reason }))
         }
     };
-    match encode_response(response) {
-        Ok(body) => Answer {
+    match encoded {
+        Ok((body, verdict)) => Answer {
             http_status: 200,
             content_type: JSON,
             body,
@@ -116,7 +109,8 @@ pub fn answer(rules: Option<&Ownership>, body: &[u8], endpoint: Endpoint) -> Ans
 fn plain(http_status: u16, request: Option<RequestFacts>, verdict: Verdict) -> Answer {
     let body = match &verdict {
         Verdict::Failed { reason } | Verdict::Refused { reason, .. } => format!("{reason}\n").into_bytes(),
-        Verdict::Decided(_) | Verdict::NotReady => Vec::new(),
+        Verdict::NotReady => b"no ownership rules in force yet\n".to_vec(),
+        Verdict::Decided(_) => Vec::new(),
     };
     Answer {
         http_status,

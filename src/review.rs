@@ -482,8 +482,9 @@ impl<'de> Visitor<'de> for ConditionsOf<'_> {
 /// kube's `AdmissionResponse` serializes `patch` as an array of numbers
 /// (kube-rs/kube#1781); the API documents, and the API server expects, a
 /// base64 string. The patch bytes are taken out and written beside the rest
-/// of the response in that form, in one serialization pass.
-pub fn encode_response(mut response: AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
+/// of the response in that form, in one serialization pass; `response`
+/// is left without its patch, which is now in the bytes.
+pub fn encode_response(response: &mut AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
     #[derive(serde::Serialize)]
     struct WireResponse<'a> {
         #[serde(flatten)]
@@ -506,7 +507,7 @@ pub fn encode_response(mut response: AdmissionResponse) -> Result<Vec<u8>, Revie
         api_version: META_API_VERSION_V1,
         kind: META_KIND,
         response: WireResponse {
-            response: &response,
+            response: &*response,
             patch,
         },
     };
