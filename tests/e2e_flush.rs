@@ -10,7 +10,6 @@ use statusguard::rules::{ConfigMapRef, RulesSource};
 use support::cluster::{self, Cluster};
 use support::legacy::replace_status_with_naive_retry;
 use support::scenario::Scenario;
-use support::webhook::{RunningServer, config, files, write_pair};
 
 const NAMESPACE: &str = "e2e-flush";
 
@@ -280,10 +279,7 @@ async fn an_object_deleted_and_recreated_under_the_same_name_is_not_written() {
 #[tokio::test]
 async fn a_failed_flush_leaves_the_callers_object_as_it_was() {
     let s = Scenario::new("e2e-flush-untouched").await;
-    let dir = tempfile::tempdir().unwrap();
-    let certs = write_pair(dir.path());
-    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
-    s.register(&server, &certs.ca_pem, false).await;
+    let (_server, _dir) = s.guarded_by(RulesSource::Embedded, false).await;
     s.create_widget(
         "w",
         json!({"observedGeneration": 1, "conditions": [condition("Ready", "True")]}),
@@ -382,10 +378,7 @@ async fn a_large_integer_round_trips_exactly() {
 #[tokio::test]
 async fn with_the_webhook_enforcing_the_flush_passes_where_the_full_update_retry_is_denied() {
     let s = Scenario::new("e2e-flush-guard").await;
-    let dir = tempfile::tempdir().unwrap();
-    let certs = write_pair(dir.path());
-    let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
-    s.register(&server, &certs.ca_pem, false).await;
+    let (_server, _dir) = s.guarded_by(RulesSource::Embedded, false).await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 3}))
         .await;
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use statusguard::review::nesting_depth;
 use statusguard::rules::RulesSource;
 use support::scenario::{Scenario, Written, send};
-use support::webhook::{RunningServer, config, files, write_pair};
+use support::webhook::RunningServer;
 
 /// The controller owns `deep` (kept at any depth by the CRD) and `extra`
 /// (a nullable object with a nullable `c`); the scaler owns `replicas`.
@@ -26,14 +26,12 @@ resources:
       - {serviceAccount: platform/widget-scaler, fields: [replicas], conditions: [Scaled]}
 "#;
 
-async fn guard(s: &Scenario) -> (RunningServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = write_pair(dir.path());
-    let rules = dir.path().join("ownership.yaml");
+async fn guard(s: &Scenario) -> (RunningServer, tempfile::TempDir, tempfile::TempDir) {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("ownership.yaml");
     std::fs::write(&rules, RULES).unwrap();
-    let server = RunningServer::start(config(RulesSource::File(rules), Some(files(dir.path())))).await;
-    s.register(&server, &certs.ca_pem, false).await;
-    (server, dir)
+    let (server, tls_dir) = s.guarded_by(RulesSource::File(rules), false).await;
+    (server, tls_dir, rules_dir)
 }
 
 fn nested(levels: usize, inner: &str) -> String {
@@ -69,7 +67,7 @@ async fn stored_text(s: &Scenario, name: &str) -> String {
 #[tokio::test]
 async fn a_status_nested_as_deep_as_the_api_server_allows_is_decided() {
     let s = Scenario::new("e2e-deep").await;
-    let (server, _dir) = guard(&s).await;
+    let (server, _tls, _rules) = guard(&s).await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 1}))
         .await;
 
@@ -132,7 +130,7 @@ async fn a_status_nested_as_deep_as_the_api_server_allows_is_decided() {
 #[tokio::test]
 async fn null_and_absent_are_the_same_inside_an_owned_object() {
     let s = Scenario::new("e2e-null").await;
-    let (_server, _dir) = guard(&s).await;
+    let (_server, _tls, _rules) = guard(&s).await;
     s.create_widget("w", json!({"replicas": 1, "extra": {"a": "x"}})).await;
 
     let mut stale = s.get(&s.scaler, "w").await;

@@ -13,7 +13,7 @@ use kube::core::Request;
 use serde_json::{Value, json};
 
 use super::cluster::{self, Cluster};
-use super::webhook::RunningServer;
+use super::webhook::{RunningServer, config, files, write_pair};
 
 pub const CONTROLLER: (&str, &str) = ("platform", "widget-controller");
 pub const SCALER: (&str, &str) = ("platform", "widget-scaler");
@@ -143,6 +143,20 @@ impl Scenario {
         let latest = self.get(&self.scaler, name).await;
         stale["metadata"]["resourceVersion"] = latest["metadata"]["resourceVersion"].clone();
         self.put_status(&self.scaler, &stale).await
+    }
+
+    /// statusguard on `rules` (in process, TLS from a fresh pair in the
+    /// returned folder), registered for this test's namespace.
+    pub async fn guarded_by(
+        &self,
+        rules: statusguard::rules::RulesSource,
+        mutate: bool,
+    ) -> (RunningServer, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = write_pair(dir.path());
+        let server = RunningServer::start(config(rules, Some(files(dir.path())))).await;
+        self.register(&server, &certs.ca_pem, mutate).await;
+        (server, dir)
     }
 
     /// Registers statusguard for this test's namespace; `mutate` adds the
