@@ -5,9 +5,13 @@
 //!     cargo bench --bench server_load                    # the main comparison
 //!     LOAD_SWEEP=size cargo bench --bench server_load    # 1 KB .. 1 MiB reviews
 //!     LOAD_SWEEP=rules cargo bench --bench server_load   # 1 .. 10,000 resources, 1 .. 1,000 writers
+//!     LOAD_SWEEP=paced cargo bench --bench server_load   # only the paced rows (h2load, Go's client)
 //!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
 //!
-//! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux). Each
+//! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux); Go, for
+//! the row driven by Go's own HTTP/2 client (`benches/go-client`, the client
+//! kube-apiserver calls webhooks with), which is left out, with a line
+//! saying so, where Go is missing. Each
 //! server runs as its own process: statusguard is the real binary, the null
 //! webhook is this executable run with `--serve-null` (the same rustls, hyper
 //! and axum stack and accept loop, answering a constant without parsing).
@@ -123,6 +127,22 @@ impl ServerProcess {
     }
 }
 
+/// Builds `benches/go-client` (standard library only) into `dir`.
+fn go_client(dir: &Path) -> Result<&'static Path, Error> {
+    let out = dir.join("go-client");
+    let status = Command::new("go")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/go-client"))
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .status()
+        .map_err(|e| format!("cannot run go: {e}"))?;
+    if !status.success() {
+        return Err("go build of benches/go-client failed".into());
+    }
+    Ok(Box::leak(out.into_boxed_path()))
+}
+
 fn clock_ticks() -> Result<f64, Error> {
     let out = Command::new("getconf").arg("CLK_TCK").output()?;
     Ok(String::from_utf8(out.stdout)?.trim().parse()?)
@@ -141,6 +161,9 @@ enum Load {
     Http2 { connections: u32, streams: u32 },
     /// HTTP/2, one connection, one stream, a fixed rate: latency as the API server sees it.
     Paced { rate: u32 },
+    /// The same, sent by Go's HTTP/2 client (`benches/go-client`): the
+    /// client the API server itself calls webhooks with.
+    GoPaced { rate: u32, client: &'static Path },
 }
 
 impl Load {
@@ -149,6 +172,7 @@ impl Load {
             Load::Http1 { connections } => format!("HTTP/1.1, {connections} connections"),
             Load::Http2 { connections, streams } => format!("HTTP/2, {connections} connections x {streams} streams"),
             Load::Paced { rate } => format!("HTTP/2, 1 connection, {rate} reviews/s"),
+            Load::GoPaced { rate, .. } => format!("Go HTTP/2 client, 1 conn., {rate}/s"),
         }
     }
 }
@@ -173,23 +197,45 @@ fn run(
     dir: &Path,
 ) -> Result<Measured, Error> {
     let log = dir.join("h2load.log");
+    let url = format!("https://127.0.0.1:{}{path}", server.port);
     let mut command = Command::new("taskset");
-    command
-        .args(["-c", "1", "h2load"])
-        .args(["-D", &seconds.to_string()])
-        .arg("-d")
-        .arg(body)
-        .args(["-H", "content-type: application/json"])
-        .arg("--log-file")
-        .arg(&log);
-    match load {
-        Load::Http1 { connections } => command.args(["--h1", "-c", &connections.to_string(), "-m", "1"]),
-        Load::Http2 { connections, streams } => {
-            command.args(["-c", &connections.to_string(), "-m", &streams.to_string()])
-        }
-        Load::Paced { rate } => command.args(["-c", "1", "-m", "1", "--rps", &rate.to_string()]),
-    };
-    command.arg(format!("https://127.0.0.1:{}{path}", server.port));
+    command.args(["-c", "1"]);
+    if let Load::GoPaced { rate, client } = load {
+        // Same log and count formats as h2load's.
+        command
+            .arg(client)
+            .args([
+                "-url",
+                &url,
+                "-rate",
+                &rate.to_string(),
+                "-seconds",
+                &seconds.to_string(),
+            ])
+            .arg("-body")
+            .arg(body)
+            .arg("-log")
+            .arg(&log);
+    } else {
+        command
+            .arg("h2load")
+            .args(["-D", &seconds.to_string()])
+            .arg("-d")
+            .arg(body)
+            .args(["-H", "content-type: application/json"])
+            .arg("--log-file")
+            .arg(&log);
+        match load {
+            Load::Http1 { connections } => command.args(["--h1", "-c", &connections.to_string(), "-m", "1"]),
+            Load::Http2 { connections, streams } => {
+                command.args(["-c", &connections.to_string(), "-m", &streams.to_string()])
+            }
+            Load::Paced { rate } | Load::GoPaced { rate, .. } => {
+                command.args(["-c", "1", "-m", "1", "--rps", &rate.to_string()])
+            }
+        };
+        command.arg(url);
+    }
     let before = server.cpu_seconds()?;
     let output = command.output()?;
     let after = server.cpu_seconds()?;
@@ -312,7 +358,7 @@ fn main() -> Result<(), Error> {
         common::ownership().replace("mode: trim", "mode: enforce").as_bytes(),
     )?;
     let trim_rules = bench.file("ownership-trim.yaml", common::ownership().as_bytes())?;
-    let stale = bench.file("stale.json", &serde_json::to_vec(&common::review(true))?)?;
+    let stale = bench.file("stale.json", &common::review(true))?;
     println!("review: {} bytes", std::fs::metadata(&stale)?.len());
     let h1 = Load::Http1 { connections: 8 };
     let h2 = Load::Http2 {
@@ -322,7 +368,7 @@ fn main() -> Result<(), Error> {
     match std::env::var("LOAD_SWEEP").unwrap_or_default().as_str() {
         "size" => {
             for bytes in [1 << 10, 35 << 10, 256 << 10, 1 << 20] {
-                let review = serde_json::to_vec(&common::review_shaped(true, common::Shape::sized(bytes)))?;
+                let review = common::review_shaped(true, common::Shape::sized(bytes));
                 let body = bench.file(&format!("review-{bytes}.json"), &review)?;
                 bench.compare(
                     &format!("/validate, {} bytes", review.len()),
@@ -348,21 +394,28 @@ fn main() -> Result<(), Error> {
                 )?;
             }
         }
-        _ => {
+        sweep => {
+            if sweep != "paced" {
+                bench.compare(
+                    "/validate (enforce: denied)",
+                    &default_rules,
+                    &stale,
+                    "/validate",
+                    &[h1, h2],
+                )?;
+                bench.compare("/mutate (trim: patch)", &trim_rules, &stale, "/mutate", &[h1, h2])?;
+            }
+            let mut paced = vec![Load::Paced { rate: 1000 }];
+            match go_client(bench.dir.path()) {
+                Ok(client) => paced.push(Load::GoPaced { rate: 1000, client }),
+                Err(e) => println!("the Go-client row is not measured: {e}"),
+            }
             bench.compare(
                 "/validate (enforce: denied)",
                 &default_rules,
                 &stale,
                 "/validate",
-                &[h1, h2],
-            )?;
-            bench.compare("/mutate (trim: patch)", &trim_rules, &stale, "/mutate", &[h1, h2])?;
-            bench.compare(
-                "/validate (enforce: denied)",
-                &default_rules,
-                &stale,
-                "/validate",
-                &[Load::Paced { rate: 1000 }],
+                &paced,
             )?;
         }
     }

@@ -19,7 +19,10 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::ownership::{FieldPath, Mode, Ownership, ResourceRules, condition_type, drop_iteratively, same_value};
-use crate::review::{Depth, ObjectView, ProjectError, ReviewRequest, nesting_depth, project_status};
+use crate::review::{
+    Depth, ObjectView, ProjectError, ProjectedStatuses, RequestHead, ReviewError, ReviewRequest, is_status_update,
+    nesting_depth, parse_request, parse_request_projecting, project_status,
+};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -187,13 +190,45 @@ const MESSAGE_ITEMS: usize = 10;
 /// The API server asks webhooks to keep each warning under 120 characters.
 const WARNING_CHARS: usize = 120;
 
+/// Reads a review body and decides it: the request as read, and the
+/// decision on it (or why it could not be decided).
+///
+/// The body is read once where it can be: the decision's plan is made from
+/// the request's head (resource, subresource, operation, writer), which the
+/// API server writes before the objects, and each object's status is
+/// projected on the plan's paths as it is read. Anything the single pass
+/// does not handle alone (another member order, a malformed body, a deep
+/// read value) is read and decided again by [`parse_request`] and
+/// [`decide`], which give the same answer for every body the single pass
+/// reads (a property test compares them).
+pub fn read_and_decide<'b>(
+    rules: &Ownership,
+    body: &'b [u8],
+    endpoint: Endpoint,
+) -> Result<(ReviewRequest<'b>, Result<Decision, DecisionError>), ReviewError> {
+    let plan_paths = |head: RequestHead<'_>| match plan(rules, head, endpoint) {
+        Plan::Read(resource_rules) => Some(&resource_rules.read_paths),
+        Plan::Answer(_) => None,
+    };
+    if let Some((request, statuses)) = parse_request_projecting(body, plan_paths) {
+        let decided = match &statuses {
+            Some(statuses) => decide_at(rules, &request, endpoint, Statuses::Projected(statuses)),
+            None => decide(rules, &request, endpoint),
+        };
+        return Ok((request, decided));
+    }
+    let request = parse_request(body)?;
+    let decided = decide(rules, &request, endpoint);
+    Ok((request, decided))
+}
+
 /// Decides one admission request.
 ///
 /// Objects nested deeper than serde_json's default limit are decided the
 /// same way, on a stack allocated for their measured depth, up to
 /// [`MAX_NESTING`] levels.
 pub fn decide(rules: &Ownership, request: &ReviewRequest<'_>, endpoint: Endpoint) -> Result<Decision, DecisionError> {
-    match decide_at(rules, request, endpoint, Depth::Bounded) {
+    match decide_at(rules, request, endpoint, Statuses::Project(Depth::Bounded)) {
         Err(DecisionError::TooDeep { .. }) => {
             let mut deepest = 0;
             for (which, view) in [("object", request.object), ("oldObject", request.old_object)] {
@@ -204,22 +239,58 @@ pub fn decide(rules: &Ownership, request: &ReviewRequest<'_>, endpoint: Endpoint
                 deepest = deepest.max(depth);
             }
             stacker::grow(STACK_BASE + deepest * STACK_PER_LEVEL, || {
-                decide_at(rules, request, endpoint, Depth::Unbounded)
+                decide_at(rules, request, endpoint, Statuses::Project(Depth::Unbounded))
             })
         }
         other => other,
     }
 }
 
+/// Whether a request's objects are read, and under which rules.
+enum Plan<'r> {
+    /// Answered on the head alone, with this outcome.
+    Answer(Outcome),
+    /// The statuses are read and compared under these rules.
+    Read(&'r ResourceRules),
+}
+
+/// The one place that says which requests have their objects read: the
+/// single pass asks it before it reads an object, the decision before it
+/// decides.
+fn plan<'r>(rules: &'r Ownership, head: RequestHead<'_>, endpoint: Endpoint) -> Plan<'r> {
+    let resource_rules = match rules.resource(&head.resource.group, &head.resource.resource) {
+        Some(r) if is_status_update(head.operation, head.sub_resource) => r,
+        _ => return Plan::Answer(Outcome::Skipped),
+    };
+    // Exempt writers are decided on who they are alone: nothing of the
+    // object is read, whatever its shape.
+    if rules.is_exempt(head.user_info.name(), head.user_info.group_names()) {
+        return Plan::Answer(Outcome::Exempt);
+    }
+    // The mutating endpoint has work only in trim mode; enforce and audit are
+    // decided once, at /validate.
+    if endpoint == Endpoint::Mutate && resource_rules.mode != Mode::Trim {
+        return Plan::Answer(Outcome::Allowed);
+    }
+    Plan::Read(resource_rules)
+}
+
+/// Where the decision gets the two statuses from.
+enum Statuses<'p> {
+    /// Projected from the request's objects, at this depth.
+    Project(Depth),
+    /// Projected already, by the single pass.
+    Projected(&'p ProjectedStatuses),
+}
+
 fn decide_at(
     rules: &Ownership,
     request: &ReviewRequest<'_>,
     endpoint: Endpoint,
-    depth: Depth,
+    statuses: Statuses<'_>,
 ) -> Result<Decision, DecisionError> {
     let writer = request.username();
-    let guarded_resource = rules.resource(&request.resource.group, &request.resource.resource);
-    let labels = match guarded_resource {
+    let labels = match rules.resource(&request.resource.group, &request.resource.resource) {
         Some(r) => ResourceLabels {
             group: r.group.clone(),
             resource: r.resource.clone(),
@@ -238,53 +309,65 @@ fn decide_at(
     };
 
     let allow = request.allow();
-    let resource_rules = match guarded_resource {
-        Some(r) if request.is_status_update() => r,
-        _ => return Ok(decision(Outcome::Skipped, vec![], allow)),
+    let head = RequestHead {
+        resource: &request.resource,
+        sub_resource: request.sub_resource.as_deref(),
+        operation: &request.operation,
+        user_info: &request.user_info,
     };
-    // Exempt writers are decided on who they are alone: nothing of the
-    // object is read, whatever its shape.
-    if rules.is_exempt(writer, request.groups()) {
-        return Ok(decision(Outcome::Exempt, vec![], allow));
-    }
-    // The mutating endpoint has work only in trim mode; enforce and audit are
-    // decided once, at /validate.
-    if endpoint == Endpoint::Mutate && resource_rules.mode != Mode::Trim {
-        return Ok(decision(Outcome::Allowed, vec![], allow));
-    }
+    let resource_rules = match plan(rules, head, endpoint) {
+        Plan::Answer(outcome) => return Ok(decision(outcome, vec![], allow)),
+        Plan::Read(resource_rules) => resource_rules,
+    };
 
-    let status = |which: &'static str, view: Option<ObjectView<'_>>| {
-        let Some(raw) = view.ok_or(DecisionError::MissingObject(which))?.status else {
-            return Ok(None);
-        };
-        project_status(raw, &resource_rules.read_paths, depth).map_err(|e| match e {
-            ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
-            other => DecisionError::Malformed {
-                which,
-                reason: other.to_string(),
-            },
-        })
+    let mut owned: (Option<Value>, Option<Value>) = (None, None);
+    let (old, new) = match statuses {
+        Statuses::Projected(projected) => (
+            projected
+                .old
+                .as_ref()
+                .ok_or(DecisionError::MissingObject("oldObject"))?
+                .as_ref(),
+            projected
+                .new
+                .as_ref()
+                .ok_or(DecisionError::MissingObject("object"))?
+                .as_ref(),
+        ),
+        Statuses::Project(depth) => {
+            let status = |which: &'static str, view: Option<ObjectView<'_>>| {
+                let Some(raw) = view.ok_or(DecisionError::MissingObject(which))?.status else {
+                    return Ok(None);
+                };
+                project_status(raw, &resource_rules.read_paths, depth).map_err(|e| match e {
+                    ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
+                    other => DecisionError::Malformed {
+                        which,
+                        reason: other.to_string(),
+                    },
+                })
+            };
+            owned = (
+                status("oldObject", request.old_object)?,
+                status("object", request.object)?,
+            );
+            (owned.0.as_ref(), owned.1.as_ref())
+        }
     };
-    let old = status("oldObject", request.old_object)?;
-    let new = status("object", request.object)?;
-    let violations = find_violations(resource_rules, writer, old.as_ref(), new.as_ref());
+    let violations = find_violations(resource_rules, writer, old, new);
     let decided = if violations.is_empty() {
         Ok(decision(Outcome::Allowed, vec![], allow))
     } else {
-        act(
-            resource_rules,
-            writer,
-            violations,
-            old.as_ref(),
-            new.as_ref(),
-            endpoint,
-            allow,
-        )
-        .map(|(outcome, violations, response)| decision(outcome, violations, response))
+        act(resource_rules, writer, violations, old, new, endpoint, allow)
+            .map(|(outcome, violations, response)| decision(outcome, violations, response))
     };
-    // The projections may be nested as deep as the API server allows:
-    // dropped without recursion, whatever the stack.
-    old.into_iter().chain(new).for_each(drop_iteratively);
+    // Projections made on the unbounded path may be nested as deep as the
+    // API server allows: dropped without recursion, whatever the stack.
+    // (A bounded projection is at most serde_json's 128 levels deep.)
+    if let Statuses::Project(Depth::Unbounded) = statuses {
+        let (old, new) = owned;
+        old.into_iter().chain(new).for_each(drop_iteratively);
+    }
     decided
 }
 

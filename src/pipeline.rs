@@ -1,4 +1,5 @@
-//! One request pipeline, body to answer: parse, decide, encode. `/validate`,
+//! One request pipeline, body to answer: read and decide (in one pass where
+//! the body allows it), encode. `/validate`,
 //! `/mutate` and `statusguard review` all answer through [`answer`], so the
 //! CLI prints exactly what the server would send.
 //!
@@ -9,7 +10,7 @@
 //! Only "no rules in force yet" stays an HTTP 503, so that the webhook's
 //! `failurePolicy` (not statusguard) decides what an unready server means.
 
-use crate::decision::{Decision, Endpoint, decide};
+use crate::decision::{Decision, Endpoint, read_and_decide};
 use crate::ownership::Ownership;
 use crate::review::{encode_response, parse_request, refuse};
 
@@ -68,8 +69,12 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Answers one request body with the rules in force (`None`: none yet).
 pub fn answer(rules: Option<&Ownership>, body: &[u8], endpoint: Endpoint) -> Answer {
-    let request = match parse_request(body) {
-        Ok(request) => request,
+    let read = match rules {
+        Some(rules) => read_and_decide(rules, body, endpoint).map(|(request, decided)| (request, Some(decided))),
+        None => parse_request(body).map(|request| (request, None)),
+    };
+    let (request, decided) = match read {
+        Ok(read) => read,
         Err(e) => return plain(400, None, Verdict::Failed { reason: e.to_string() }),
     };
     let uid = Some(RequestFacts {
@@ -78,10 +83,10 @@ pub fn answer(rules: Option<&Ownership>, body: &[u8], endpoint: Endpoint) -> Ans
         namespace: request.namespace.clone().unwrap_or_default(),
         dry_run: request.dry_run,
     });
-    let Some(rules) = rules else {
+    let Some(decided) = decided else {
         return plain(503, uid, Verdict::NotReady);
     };
-    let encoded = match decide(rules, &request, endpoint) {
+    let encoded = match decided {
         Ok(mut decision) => {
             encode_response(&mut decision.response).map(|body| (body, Verdict::Decided(Box::new(decision))))
         }

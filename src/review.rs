@@ -111,6 +111,18 @@ pub struct Writer {
     pub groups: Option<Vec<String>>,
 }
 
+impl Writer {
+    /// The user name (empty when the API server sent none).
+    pub fn name(&self) -> &str {
+        self.username.as_deref().unwrap_or_default()
+    }
+
+    /// The groups (none when the API server sent none).
+    pub fn group_names(&self) -> &[String] {
+        self.groups.as_deref().unwrap_or_default()
+    }
+}
+
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(rename = "apiVersion", default)]
@@ -139,6 +151,287 @@ pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
     review.request.ok_or(ReviewError::NoRequest)
 }
 
+/// What the single pass knows of a request when it reaches its first
+/// object: enough to say which status paths the decision will read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestHead<'h> {
+    pub(crate) resource: &'h ResourceRef,
+    pub(crate) sub_resource: Option<&'h str>,
+    pub(crate) operation: &'h Operation,
+    pub(crate) user_info: &'h Writer,
+}
+
+/// The statuses of `oldObject` and `object`, projected while the body was
+/// read: `None` for an absent (or `null`) object, `Some(None)` for an object
+/// without a status.
+#[derive(Debug, Default)]
+pub(crate) struct ProjectedStatuses {
+    pub(crate) old: Option<Option<Value>>,
+    pub(crate) new: Option<Option<Value>>,
+}
+
+/// Reads a review in one pass: the status of each object is projected on
+/// the paths that `plan` names for the request's head as it is read, so
+/// that the body is scanned once. `plan` returns `None` when the decision
+/// will not read the objects (then they are skipped unread).
+///
+/// This is the fast path of [`parse_request`] followed by
+/// `project_status`. It gives up (`None`) wherever the two could differ or
+/// where it cannot do the work alone: a body that is not a well-formed
+/// review, a head member written after an object (the API server writes
+/// them first), a duplicate member, or a read value deeper than the bounded
+/// parse. The caller then takes the two-pass path, which answers every one
+/// of those cases.
+pub(crate) fn parse_request_projecting<'b, 't>(
+    body: &'b [u8],
+    plan: impl Fn(RequestHead<'_>) -> Option<&'t PathTree>,
+) -> Option<(ReviewRequest<'b>, Option<ProjectedStatuses>)> {
+    // Checked as UTF-8 once, here, rather than string by string as it is
+    // read: the text the status is projected from is then known to be valid.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let read = EnvelopeSeed(&plan).deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    read
+}
+
+struct EnvelopeSeed<'p, P>(&'p P);
+
+type Read<'b> = Option<(ReviewRequest<'b>, Option<ProjectedStatuses>)>;
+
+impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> DeserializeSeed<'de> for EnvelopeSeed<'_, P> {
+    type Value = Read<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> Visitor<'de> for EnvelopeSeed<'_, P> {
+    type Value = Read<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionReview")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let (mut api_version, mut kind, mut request) = (None::<&str>, None::<&str>, None);
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            match key.as_ref() {
+                "apiVersion" if api_version.is_none() => api_version = Some(map.next_value()?),
+                "kind" if kind.is_none() => kind = Some(map.next_value()?),
+                "request" if request.is_none() => request = Some(map.next_value_seed(RequestSeed(self.0))?),
+                "apiVersion" | "kind" | "request" => return Err(A::Error::custom("duplicate member")),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let is_v1 = api_version == Some(META_API_VERSION_V1) && kind == Some(META_KIND);
+        Ok(request.filter(|_| is_v1).flatten())
+    }
+}
+
+/// The members of a request, as its derived `Deserialize` names them.
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum RequestMember {
+    Uid,
+    Kind,
+    Resource,
+    SubResource,
+    Name,
+    Namespace,
+    Operation,
+    UserInfo,
+    Object,
+    OldObject,
+    DryRun,
+    #[serde(other)]
+    Other,
+}
+
+/// How the single pass read one object.
+enum ObjectRead<'b> {
+    Unseen,
+    /// Before the plan could be made, or where the decision reads no
+    /// status: as [`parse_request`] reads it.
+    Raw(Option<ObjectView<'b>>),
+    /// Its status projected on the plan's paths.
+    Projected(Option<Option<Value>>),
+}
+
+struct RequestSeed<'p, P>(&'p P);
+
+impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> DeserializeSeed<'de> for RequestSeed<'_, P> {
+    type Value = Read<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> Visitor<'de> for RequestSeed<'_, P> {
+    type Value = Read<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionRequest")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut uid: Option<String> = None;
+        let mut kind_seen = false;
+        let mut resource: Option<ResourceRef> = None;
+        let mut sub_resource: Option<Option<String>> = None;
+        let mut name: Option<String> = None;
+        let mut namespace: Option<Option<String>> = None;
+        let mut operation: Option<Operation> = None;
+        let mut user_info: Option<Writer> = None;
+        let mut dry_run: Option<bool> = None;
+        let (mut object, mut old_object) = (ObjectRead::Unseen, ObjectRead::Unseen);
+        // The plan, made once at the first object: Some(paths to read or None).
+        let mut planned: Option<Option<&'t PathTree>> = None;
+        let duplicate = || A::Error::custom("duplicate member");
+        while let Some(member) = map.next_key::<RequestMember>()? {
+            let is_head = matches!(
+                member,
+                RequestMember::Resource
+                    | RequestMember::SubResource
+                    | RequestMember::Operation
+                    | RequestMember::UserInfo
+            );
+            if is_head && planned.is_some() {
+                return Err(A::Error::custom("a request member after an object"));
+            }
+            match member {
+                RequestMember::Uid if uid.is_none() => uid = Some(map.next_value()?),
+                RequestMember::Kind if !kind_seen => {
+                    kind_seen = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                RequestMember::Resource if resource.is_none() => resource = Some(map.next_value()?),
+                RequestMember::SubResource if sub_resource.is_none() => sub_resource = Some(map.next_value()?),
+                RequestMember::Name if name.is_none() => name = Some(map.next_value()?),
+                RequestMember::Namespace if namespace.is_none() => namespace = Some(map.next_value()?),
+                RequestMember::Operation if operation.is_none() => operation = Some(map.next_value()?),
+                RequestMember::UserInfo if user_info.is_none() => user_info = Some(map.next_value()?),
+                RequestMember::DryRun if dry_run.is_none() => dry_run = Some(map.next_value()?),
+                RequestMember::Object | RequestMember::OldObject => {
+                    let slot = if member == RequestMember::Object {
+                        &mut object
+                    } else {
+                        &mut old_object
+                    };
+                    if !matches!(slot, ObjectRead::Unseen) {
+                        return Err(duplicate());
+                    }
+                    if planned.is_none()
+                        && let (Some(resource), Some(operation), Some(user_info)) = (&resource, &operation, &user_info)
+                    {
+                        planned = Some((self.0)(RequestHead {
+                            resource,
+                            sub_resource: sub_resource.as_ref().and_then(Option::as_deref),
+                            operation,
+                            user_info,
+                        }));
+                    }
+                    *slot = match planned {
+                        Some(Some(paths)) => ObjectRead::Projected(map.next_value_seed(ObjectStatus(paths))?),
+                        _ => ObjectRead::Raw(map.next_value()?),
+                    };
+                }
+                RequestMember::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                _ => return Err(duplicate()),
+            }
+        }
+        let (Some(uid), true, Some(resource), Some(operation), Some(user_info)) =
+            (uid, kind_seen, resource, operation, user_info)
+        else {
+            return Ok(None);
+        };
+        let view = |read: ObjectRead<'de>, projected: &mut Option<Option<Value>>| match read {
+            ObjectRead::Unseen => None,
+            ObjectRead::Raw(view) => view,
+            ObjectRead::Projected(status) => {
+                let present = status.is_some().then_some(ObjectView { status: None });
+                *projected = status;
+                present
+            }
+        };
+        let mut projected = ProjectedStatuses::default();
+        let object = view(object, &mut projected.new);
+        let old_object = view(old_object, &mut projected.old);
+        // Projected statuses only where the plan read them; an object the
+        // plan never reached (absent) is absent in them too.
+        let statuses = matches!(planned, Some(Some(_))).then_some(projected);
+        let request = ReviewRequest {
+            uid,
+            _kind: IgnoredAny,
+            resource,
+            sub_resource: sub_resource.flatten(),
+            name: name.unwrap_or_default(),
+            namespace: namespace.flatten(),
+            operation,
+            user_info,
+            object,
+            old_object,
+            dry_run: dry_run.unwrap_or_default(),
+        };
+        Ok(Some((request, statuses)))
+    }
+}
+
+/// An object (or `null`) whose status is projected on `paths`; every other
+/// member is skipped unread.
+struct ObjectStatus<'t>(&'t PathTree);
+
+impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
+    type Value = Option<Option<Value>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectStatus<'_> {
+    type Value = Option<Option<Value>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut status = None;
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            if key == "status" {
+                if status.is_some() {
+                    return Err(serde::de::Error::custom("duplicate member"));
+                }
+                status = Some(map.next_value_seed(Projection(self.0, Depth::Bounded))?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Some(status.filter(|s| !s.is_null())))
+    }
+}
+
 impl ReviewRequest<'_> {
     /// The allowing response to this request, to build on.
     pub fn allow(&self) -> AdmissionResponse {
@@ -151,18 +444,23 @@ impl ReviewRequest<'_> {
 
     /// The writer's user name (empty when the API server sent none).
     pub fn username(&self) -> &str {
-        self.user_info.username.as_deref().unwrap_or_default()
+        self.user_info.name()
     }
 
     /// The writer's groups.
     pub fn groups(&self) -> &[String] {
-        self.user_info.groups.as_deref().unwrap_or_default()
+        self.user_info.group_names()
     }
 
     /// A status UPDATE: the only kind of request statusguard inspects.
     pub fn is_status_update(&self) -> bool {
-        self.operation == Operation::Update && self.sub_resource.as_deref() == Some("status")
+        is_status_update(&self.operation, self.sub_resource.as_deref())
     }
+}
+
+/// A status UPDATE: the only kind of request statusguard inspects.
+pub(crate) fn is_status_update(operation: &Operation, sub_resource: Option<&str>) -> bool {
+    *operation == Operation::Update && sub_resource == Some("status")
 }
 
 /// A response for a review that could be read but not decided: the API
@@ -413,7 +711,8 @@ impl<'de> Visitor<'de> for ConditionItem<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut members: Vec<(std::borrow::Cow<'de, str>, &'de RawValue)> = Vec::new();
+        // metav1.Condition has six members; room for them without regrowing.
+        let mut members: Vec<(std::borrow::Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(8);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
@@ -462,7 +761,7 @@ impl<'de> Visitor<'de> for ConditionsOf<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
         while let Some(item) = seq.next_element_seed(ConditionItem(self.0, self.1))? {
             items.push(item);
         }

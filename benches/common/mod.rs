@@ -77,12 +77,14 @@ fn status(observed_generation: i64, replicas: i64, shape: Shape) -> Value {
 
 /// An AdmissionReview of about 16 KiB per object: the scaler's stale retry
 /// (`stale = true`) or a write of only its own field.
-pub fn review(stale: bool) -> Value {
+pub fn review(stale: bool) -> Vec<u8> {
     review_shaped(stale, Shape::DEFAULT)
 }
 
-/// [`review`] of another shape.
-pub fn review_shaped(stale: bool, shape: Shape) -> Value {
+/// [`review`] of another shape, as the API server writes it: the request's
+/// members in the order of Go's `AdmissionRequest` (the objects after the
+/// head), each object's members sorted, as Go writes a map.
+pub fn review_shaped(stale: bool, shape: Shape) -> Vec<u8> {
     let old = status(2, 3, shape);
     let new = if stale {
         status(1, 5, shape)
@@ -100,14 +102,37 @@ pub fn review_shaped(stale: bool, shape: Shape) -> Value {
             "status": status,
         })
     };
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
-        "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
-        "subResource": "status", "name": "w1", "namespace": "shop", "operation": "UPDATE",
-        "userInfo": {"username": "system:serviceaccount:platform:widget-scaler", "groups": ["system:serviceaccounts", "system:authenticated"]},
-        "object": object(new), "oldObject": object(old), "dryRun": false,
-    }})
+    let members: [(&str, Value); 11] = [
+        ("uid", json!("705ab4f5-6393-11e8-b7cc-42010a800002")),
+        (
+            "kind",
+            json!({"group": "example.com", "version": "v1", "kind": "Widget"}),
+        ),
+        (
+            "resource",
+            json!({"group": "example.com", "version": "v1", "resource": "widgets"}),
+        ),
+        ("subResource", json!("status")),
+        ("name", json!("w1")),
+        ("namespace", json!("shop")),
+        ("operation", json!("UPDATE")),
+        (
+            "userInfo",
+            json!({"username": "system:serviceaccount:platform:widget-scaler", "groups": ["system:serviceaccounts", "system:authenticated"]}),
+        ),
+        ("object", object(new)),
+        ("oldObject", object(old)),
+        ("dryRun", json!(false)),
+    ];
+    let request: Vec<String> = members
+        .iter()
+        .map(|(key, value)| format!("{}:{}", json!(key), value))
+        .collect();
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#,
+        request.join(",")
+    )
+    .into_bytes()
 }
 
 /// Rules with `resources` guarded resources (widgets first) and `writers`

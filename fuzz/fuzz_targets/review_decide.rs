@@ -1,12 +1,14 @@
 //! Any body, on both endpoints and in every mode: the pipeline never
-//! panics, and whatever it answers with 200 is a review echoing the uid.
+//! panics, whatever it answers with 200 is a review echoing the uid, and
+//! reading and deciding in one pass answers what parsing and then deciding
+//! answers.
 #![no_main]
 
 #[path = "../common/mod.rs"]
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use statusguard::decision::Endpoint;
+use statusguard::decision::{Decision, DecisionError, Endpoint, decide, read_and_decide};
 use statusguard::pipeline::answer;
 use std::sync::LazyLock;
 
@@ -17,6 +19,12 @@ fuzz_target!(|body: &[u8]| {
     for rules in RULES.iter() {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let answer = answer(Some(rules), body, endpoint);
+            let one_pass = read_and_decide(rules, body, endpoint).map(|(_, decided)| summary(decided));
+            let two_passes = statusguard::review::parse_request(body).map(|request| summary(decide(rules, &request, endpoint)));
+            match (one_pass, two_passes) {
+                (Ok(one), Ok(two)) => assert_eq!(one, two, "one pass and two passes answer alike"),
+                (one, two) => assert_eq!(one.is_ok(), two.is_ok(), "one pass and two passes read alike"),
+            }
             if answer.http_status == 200 {
                 let sent: serde_json::Value = serde_json::from_slice(&answer.body).expect("a 200 answer is JSON");
                 let uid = answer.request.as_ref().map(|r| r.uid.as_str());
@@ -28,3 +36,16 @@ fuzz_target!(|body: &[u8]| {
         }
     }
 });
+
+/// A decision's outcome, violations and response, comparable (the audit
+/// annotations are a hash map, so the response is compared as a value).
+fn summary(decided: Result<Decision, DecisionError>) -> String {
+    match decided {
+        Ok(mut decision) => {
+            let body = statusguard::review::encode_response(&mut decision.response).expect("encodable");
+            let sent: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
+        }
+        Err(e) => format!("not decided: {e}"),
+    }
+}

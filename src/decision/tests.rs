@@ -679,3 +679,118 @@ proptest! {
         prop_assert_eq!(decision.violations, expected);
     }
 }
+
+/// A review's body as the API server writes it: the request's members in
+/// the order of Go's `AdmissionRequest`, the objects after the head.
+fn in_api_server_order(review: &Value) -> Vec<u8> {
+    const ORDER: [&str; 11] = [
+        "uid",
+        "kind",
+        "resource",
+        "subResource",
+        "name",
+        "namespace",
+        "operation",
+        "userInfo",
+        "object",
+        "oldObject",
+        "dryRun",
+    ];
+    let request = review["request"].as_object().unwrap();
+    let members: Vec<String> = ORDER
+        .iter()
+        .filter_map(|key| request.get(*key).map(|value| format!("{}:{}", json!(key), value)))
+        .collect();
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#,
+        members.join(",")
+    )
+    .into_bytes()
+}
+
+/// What a reader and a decision answer, comparable across the two paths.
+fn answered(read: Result<(ReviewRequest<'_>, Result<Decision, DecisionError>), crate::review::ReviewError>) -> String {
+    match read {
+        Err(e) => format!("not read: {e}"),
+        Ok((request, Err(e))) => format!("{}: not decided: {e}", request.uid),
+        Ok((_, Ok(mut decision))) => {
+            let body = crate::review::encode_response(&mut decision.response).unwrap();
+            // As a value: audit annotations are a hash map, in no set order.
+            let sent: Value = serde_json::from_slice(&body).unwrap();
+            format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
+        }
+    }
+}
+
+#[test]
+fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to_two_passes() {
+    let rules = rules("enforce");
+    let plan = |head: RequestHead<'_>| match plan(&rules, head, Endpoint::Validate) {
+        Plan::Read(r) => Some(&r.read_paths),
+        Plan::Answer(_) => None,
+    };
+    let (old, new) = stale();
+    let review = review(SCALER, old, new);
+    let (_, statuses) = parse_request_projecting(&in_api_server_order(&review), plan).unwrap();
+    let statuses = statuses.expect("projected in the single pass");
+    assert_eq!(statuses.new.unwrap().unwrap()["observedGeneration"], 1);
+    // serde_json writes the members sorted: `object` before `resource`.
+    let sorted = serde_json::to_vec(&review).unwrap();
+    let (request, statuses) = parse_request_projecting(&sorted, plan).unwrap();
+    assert!(statuses.is_none() && request.object.unwrap().status.is_some());
+    // A duplicate member, escaped text and a deep owned value are left to
+    // the two-pass path.
+    let mut duplicated = in_api_server_order(&review);
+    duplicated.truncate(duplicated.len() - 2);
+    duplicated.extend_from_slice(br#","uid":"again"}}"#);
+    assert!(parse_request_projecting(&duplicated, plan).is_none());
+    let deep = json!({"observedGeneration": (0..200).fold(json!(1), |v, _| json!([v]))});
+    let deep_review = review_with(SCALER, vec![], "UPDATE", Some("status"), "widgets", json!({}), deep);
+    let deep_body = in_api_server_order(&deep_review);
+    assert!(parse_request_projecting(&deep_body, plan).is_none());
+    let (_, decided) = read_and_decide(&rules, &deep_body, Endpoint::Validate).unwrap();
+    assert_eq!(decided.unwrap().outcome, Outcome::Denied);
+}
+
+proptest! {
+    /// Issue 12: reading and deciding in one pass answers exactly what
+    /// parsing and then deciding answers, for bodies in the API server's
+    /// member order (the single pass) and in others (the two-pass path).
+    #[test]
+    fn the_single_pass_answers_what_two_passes_answer(
+        old in status(), new in status(), writer in writer(),
+        groups in prop::collection::vec(prop::sample::select(vec!["system:masters".to_owned(), "g".to_owned()]), 0..2),
+        // Weighted towards the requests whose statuses are read.
+        operation in prop::sample::select(vec!["UPDATE", "UPDATE", "UPDATE", "CREATE"]),
+        sub in prop::sample::select(vec![Some("status"), Some("status"), Some("scale"), None]),
+        resource in prop::sample::select(vec!["widgets", "widgets", "gadgets", "others"]),
+        objects in prop::sample::select(vec!["both", "no object", "null old", "no status"]),
+        nulls in any::<bool>(),
+    ) {
+        let new = if nulls { with_nulls(&new) } else { new };
+        let mut r = review_with(writer, groups, operation, sub, resource, old, new);
+        let request = r["request"].as_object_mut().unwrap();
+        match objects {
+            "no object" => { request.remove("object"); }
+            "null old" => { request.insert("oldObject".into(), Value::Null); }
+            "no status" => { request["object"].as_object_mut().unwrap().remove("status"); }
+            _ => {}
+        }
+        for body in [in_api_server_order(&r), serde_json::to_vec(&r).unwrap()] {
+            for mode in ["enforce", "trim", "audit"] {
+                let rules = rules(mode);
+                for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+                    let two_passes = parse_request(&body).map(|request| {
+                        let decided = decide(&rules, &request, endpoint);
+                        (request, decided)
+                    });
+                    prop_assert_eq!(
+                        answered(read_and_decide(&rules, &body, endpoint)),
+                        answered(two_passes),
+                        "{} {:?}", mode, endpoint
+                    );
+                }
+            }
+        }
+    }
+}
