@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check`, `review`, `gen-certs`.
+//! The command line: `serve`, `check`, `review`, `gen-certs`, `unregister`.
 //! Every flag has a `STATUSGUARD_*` environment twin.
 
 use std::io::{IsTerminal as _, Read as _};
@@ -16,6 +16,8 @@ use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::{ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
+use crate::webhooks::{FailurePolicy, Registration, WebhookTarget};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// `statusguard`'s arguments.
 #[derive(Debug, Parser)]
@@ -64,6 +66,10 @@ pub enum Command {
     Review(ReviewArgs),
     /// Write a development CA and serving certificate (for --tls-cert/--tls-key).
     GenCerts(GenCertsArgs),
+    /// Remove statusguard's webhook configurations, and stand its servers down
+    /// so that they do not apply them again: the recovery when statusguard is
+    /// gone and guarded status writes fail.
+    Unregister(UnregisterArgs),
 }
 
 /// `statusguard serve`.
@@ -97,6 +103,55 @@ pub struct ServeArgs {
     /// After SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration, env = "STATUSGUARD_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout: Duration,
+    /// How the server registers itself.
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
+}
+
+/// Server-managed webhook configurations.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Keep a ValidatingWebhookConfiguration and a MutatingWebhookConfiguration
+    /// of this name in step with the rules in force (server-side apply).
+    #[arg(long, env = "STATUSGUARD_REGISTER_WEBHOOKS", requires = "webhook_target")]
+    pub register_webhooks: Option<String>,
+    /// Where the API server sends reviews: NAMESPACE/NAME:PORT of a Service, or an https:// base URL.
+    #[arg(long, env = "STATUSGUARD_WEBHOOK_TARGET")]
+    pub webhook_target: Option<WebhookTarget>,
+    /// PEM CA bundle written into the configurations' caBundle (re-read every 2 s).
+    #[arg(long, env = "STATUSGUARD_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
+    /// failurePolicy of the enforce and trim webhooks (audit resources always have Ignore).
+    #[arg(long, value_enum, default_value = "fail", env = "STATUSGUARD_WEBHOOK_FAILURE_POLICY")]
+    pub webhook_failure_policy: FailurePolicy,
+    /// How long the API server waits for an answer (1 to 30 s).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(1..=30), env = "STATUSGUARD_WEBHOOK_TIMEOUT_SECONDS")]
+    pub webhook_timeout_seconds: i32,
+    /// namespaceSelector of the webhooks, as JSON (a LabelSelector).
+    #[arg(long, value_parser = parse_label_selector, env = "STATUSGUARD_WEBHOOK_NAMESPACE_SELECTOR")]
+    pub webhook_namespace_selector: Option<LabelSelector>,
+    /// How often the configurations are applied again when nothing changed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "STATUSGUARD_WEBHOOK_RESYNC")]
+    pub webhook_resync: Duration,
+}
+
+fn parse_label_selector(text: &str) -> Result<LabelSelector, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a LabelSelector in JSON: {e}"))
+}
+
+/// `statusguard unregister`.
+#[derive(Debug, Args)]
+pub struct UnregisterArgs {
+    /// The name of the webhook configurations (the server's --register-webhooks).
+    #[arg(long, env = "STATUSGUARD_REGISTER_WEBHOOKS")]
+    pub name: String,
+    /// NAMESPACE/NAME of the ownership ConfigMap, annotated so that running
+    /// servers stop applying the configurations.
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
+    pub configmap: Option<ConfigMapRef>,
+    /// The configurations must stay gone this long before it returns.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
 }
 
 /// The serving certificate.
@@ -189,7 +244,23 @@ impl ServeArgs {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
             shutdown_timeout: self.shutdown_timeout,
+            registration: self.webhooks.registration(),
         }
+    }
+}
+
+impl WebhookArgs {
+    /// The registration the flags ask for, if any.
+    pub fn registration(self) -> Option<Registration> {
+        Some(Registration {
+            name: self.register_webhooks?,
+            target: self.webhook_target?,
+            ca_file: self.webhook_ca_file,
+            failure_policy: self.webhook_failure_policy,
+            timeout_seconds: self.webhook_timeout_seconds,
+            namespace_selector: self.webhook_namespace_selector,
+            resync: self.webhook_resync,
+        })
     }
 }
 
@@ -218,6 +289,28 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(check(&args).await),
+        Command::Unregister(args) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
+            let done = crate::webhooks::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
+                .await
+                .context("cannot unregister")?;
+            let mut text = String::new();
+            if let Some(configmap) = &done.stood_down {
+                text += &format!(
+                    "stood the servers down: ConfigMap {configmap} annotated statusguard.dev/registration=disabled\n"
+                );
+            }
+            for deleted in &done.deleted {
+                text += &format!("deleted {deleted}\n");
+            }
+            if done.deleted.is_empty() {
+                text += &format!("no webhook configuration named {} was registered\n", args.name);
+            }
+            print_out(&text);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Review(args) => Ok(review(&args)),
         Command::GenCerts(args) => {
             let certs = generate_certificates(&args.tls_sans)?;

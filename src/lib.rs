@@ -34,7 +34,8 @@
 //! - [`decision`]: the pure admission decision (deny, trim, or report), [`decision::decide`].
 //! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
-//! - with the `server` feature: [`server`] (the webhook), [`tls`], [`metrics`], [`cli`]; these
+//! - with the `server` feature: [`server`] (the webhook), [`webhooks`] (the webhook
+//!   configurations it keeps in step with the rules), [`tls`], [`metrics`], [`cli`]; these
 //!   serve the binary and may change with it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -58,3 +59,5 @@ pub mod metrics;
 pub mod server;
 #[cfg(feature = "server")]
 pub mod tls;
+#[cfg(feature = "server")]
+pub mod webhooks;

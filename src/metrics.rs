@@ -52,6 +52,9 @@ pub struct Metrics {
     rules_stale: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
     tls_reloads: Family<ResultLabels, Counter>,
+    webhooks_registered: Gauge,
+    webhooks_generation: Gauge,
+    webhook_syncs: Family<ResultLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -109,6 +112,24 @@ impl Default for Metrics {
             "Serving certificate reloads, by result",
             tls_reloads.clone(),
         );
+        let webhooks_registered = Gauge::default();
+        registry.register(
+            "webhooks_registered",
+            "1 while the webhook configurations match the rules in force (server-managed registration)",
+            webhooks_registered.clone(),
+        );
+        let webhooks_generation = Gauge::default();
+        registry.register(
+            "webhooks_rules_generation",
+            "The rules generation the webhook configurations were last applied from (0: never)",
+            webhooks_generation.clone(),
+        );
+        let webhook_syncs = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_syncs",
+            "Webhook configuration syncs, by result (applied, error, waiting: no valid rules yet, stood_down)",
+            webhook_syncs.clone(),
+        );
         // Counters that exist at 0 from the start, so that rate() and alerts
         // see the first increment.
         for result in ["success", "error"] {
@@ -126,6 +147,9 @@ impl Default for Metrics {
             rules_stale,
             config_reloads,
             tls_reloads,
+            webhooks_registered,
+            webhooks_generation,
+            webhook_syncs,
         }
     }
 }
@@ -199,6 +223,21 @@ impl Metrics {
                 result: if ok { "success" } else { "error" },
             })
             .inc();
+    }
+
+    /// A webhook configuration sync ended with `result`; `applied` names
+    /// the rules generation now registered.
+    pub fn webhook_sync(&self, result: &'static str, applied: Option<u64>) {
+        self.webhook_syncs.get_or_create(&ResultLabels { result }).inc();
+        match applied {
+            Some(generation) => {
+                self.webhooks_registered.set(1);
+                self.webhooks_generation.set(generation as i64);
+            }
+            None => {
+                self.webhooks_registered.set(0);
+            }
+        }
     }
 
     /// The Prometheus text exposition.

@@ -3,16 +3,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
+use support::chart::{chart, container_args, documents, helm, on_this_machine, template_as};
 use support::cluster::{self, Cluster};
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, eventually, free_port};
@@ -22,49 +21,9 @@ const RELEASE_NAMESPACE: &str = "statusguard-system";
 /// release, so that the two tests never touch each other's objects.
 const APPLY_NAMESPACE: &str = "statusguard-apply";
 
-fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/statusguard")
-}
-
-/// helm, with its caches and config in a folder of the test's own.
-fn helm(home: &Path) -> Command {
-    let assets = cluster::assets().unwrap_or_else(|e| panic!("no helm binary: {e}"));
-    let mut command = Command::new(assets.join("helm"));
-    for var in ["HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"] {
-        command.env(var, home.join(var));
-    }
-    command
-}
-
 /// `helm template` with `values` (YAML); Ok(manifests) or Err(stderr).
 fn template(values: &str) -> Result<String, String> {
     template_as("sg", RELEASE_NAMESPACE, values)
-}
-
-fn template_as(release: &str, namespace: &str, values: &str) -> Result<String, String> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).unwrap();
-    let output = helm(dir.path())
-        .args(["template", release])
-        .arg(chart())
-        .args(["-n", namespace, "-f"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
-}
-
-fn documents(manifests: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(manifests)
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
 }
 
 fn kinds(manifests: &str) -> Vec<String> {
@@ -85,36 +44,33 @@ fn ownership() -> String {
     format!("ownership:\n{indented}")
 }
 
-/// (what, values, kinds that must be rendered, kinds that must not)
+/// (what, values, kinds that must be rendered, kinds that must not). The
+/// webhook configurations are rendered empty: the server fills them in.
 fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'static str>)> {
     let base = [
         "ConfigMap",
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "Deployment",
         "Service",
         "PodDisruptionBudget",
+        "Job",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
     ];
     let with = |extra: &[&'static str]| base.iter().chain(extra).copied().collect::<Vec<_>>();
+    let never = |extra: &[&'static str]| extra.to_vec();
     vec![
-        (
-            "defaults",
-            String::new(),
-            with(&["Secret", "ValidatingWebhookConfiguration"]),
-            vec!["MutatingWebhookConfiguration"],
-        ),
-        (
-            "helm certificates",
-            ownership(),
-            with(&["Secret", "ValidatingWebhookConfiguration"]),
-            vec!["Issuer"],
-        ),
+        ("defaults", String::new(), with(&["Secret"]), never(&[])),
+        ("helm certificates", ownership(), with(&["Secret"]), never(&["Issuer"])),
         (
             "cert-manager",
             format!("{}certificates: {{mode: certManager}}\n", ownership()),
-            with(&["Issuer", "Certificate", "ValidatingWebhookConfiguration"]),
-            vec!["Secret"],
+            with(&["Issuer", "Certificate"]),
+            never(&["Secret"]),
         ),
         (
             "existing Secret",
@@ -122,14 +78,14 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
                 "{}certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n",
                 ownership()
             ),
-            with(&["ValidatingWebhookConfiguration"]),
-            vec!["Secret", "Certificate"],
+            with(&[]),
+            never(&["Secret", "Certificate"]),
         ),
         (
             "trim mode",
             ownership().replace("mode: enforce", "mode: trim"),
-            with(&["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]),
-            vec![],
+            with(&[]),
+            never(&[]),
         ),
         (
             "NetworkPolicy and ServiceMonitor",
@@ -138,13 +94,13 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
                 ownership()
             ),
             with(&["NetworkPolicy", "ServiceMonitor"]),
-            vec![],
+            never(&[]),
         ),
         (
             "webhook URL",
             format!("{}webhook: {{url: \"https://127.0.0.1:9443\"}}\n", ownership()),
-            with(&["ValidatingWebhookConfiguration"]),
-            vec![],
+            with(&[]),
+            never(&[]),
         ),
     ]
 }
@@ -186,38 +142,92 @@ fn every_configuration_renders_what_it_should() {
 }
 
 #[test]
-fn the_webhooks_follow_the_ownership_document_and_the_certificate() {
-    let values = ownership().replace("resource: gadgets", "resource: gadgets\n      mode: trim");
-    let docs = documents(&template(&values).unwrap());
+fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
+    let docs = documents(&template(&ownership()).unwrap());
     let find = |kind: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind)
             .unwrap_or_else(|| panic!("no {kind}"))
             .clone()
     };
-    let validating = find("ValidatingWebhookConfiguration");
-    let hook = &validating["webhooks"][0];
-    assert_eq!(hook["rules"].as_array().unwrap().len(), 2);
-    assert_eq!(hook["rules"][0]["resources"], json!(["widgets/status"]));
-    assert_eq!(hook["rules"][0]["operations"], json!(["UPDATE"]));
-    assert_eq!(hook["sideEffects"], "None");
-    assert_eq!(hook["failurePolicy"], "Fail");
-    assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
-    let excluded = &hook["namespaceSelector"]["matchExpressions"][0]["values"];
-    assert_eq!(excluded, &json!([RELEASE_NAMESPACE, "kube-system"]));
-    let mutating = find("MutatingWebhookConfiguration");
+    let args = container_args(&template(&ownership()).unwrap(), "Deployment");
+    for expected in [
+        "--configmap=statusguard-system/sg-statusguard-ownership",
+        "--register-webhooks=sg-statusguard",
+        "--webhook-target=statusguard-system/sg-statusguard:443",
+        "--webhook-ca-file=/etc/statusguard/tls/ca.crt",
+        "--webhook-failure-policy=fail",
+        "--webhook-timeout-seconds=5",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} not in {args:?}");
+    }
+    let selector = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--webhook-namespace-selector="))
+        .expect("a namespace selector");
+    let selector: Value = serde_json::from_str(selector).unwrap();
     assert_eq!(
-        mutating["webhooks"][0]["rules"][0]["resources"],
-        json!(["gadgets/status"]),
-        "only trim resources"
+        selector["matchExpressions"][0],
+        json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [RELEASE_NAMESPACE, "kube-system"]})
     );
-    assert_eq!(mutating["webhooks"][0]["reinvocationPolicy"], "IfNeeded");
+    // A URL target and an existing Secret's CA, mounted from a ConfigMap of the chart's.
+    let values = format!(
+        "{}webhook: {{url: \"https://127.0.0.1:9443\", failurePolicy: Ignore}}\ncertificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n",
+        ownership()
+    );
+    let manifests = template(&values).unwrap();
+    let args = container_args(&manifests, "Deployment");
+    for expected in [
+        "--webhook-target=https://127.0.0.1:9443",
+        "--webhook-ca-file=/etc/statusguard/ca/ca.crt",
+        "--webhook-failure-policy=ignore",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} not in {args:?}");
+    }
+    let ca = documents(&manifests)
+        .into_iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "sg-statusguard-ca")
+        .expect("the CA ConfigMap");
+    assert_eq!(ca["data"]["ca.crt"].as_str().unwrap().trim(), "foo");
 
-    let secret = find("Secret");
+    // The webhook configurations are rendered empty: Helm never writes
+    // their webhooks, which the server applies from the live document.
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let configuration = find(kind);
+        assert_eq!(configuration["metadata"]["name"], "sg-statusguard");
+        assert!(configuration.get("webhooks").is_none(), "{kind}: {configuration}");
+    }
+    // RBAC: the release's own two webhook configurations, and its own ConfigMap.
+    let cluster_role = find("ClusterRole");
     assert_eq!(
-        hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
-        "the webhooks trust the Secret's CA"
+        cluster_role["rules"],
+        json!([{"apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                "resourceNames": ["sg-statusguard"], "verbs": ["get", "patch", "delete"]}])
     );
+    let role = find("Role");
+    assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));
+    let configmap = find("ConfigMap");
+    assert_eq!(
+        configmap["metadata"]["annotations"]["statusguard.dev/registration"],
+        "enabled"
+    );
+    let document = configmap["data"]["ownership.yaml"].as_str().unwrap();
+    statusguard::ownership::Ownership::from_yaml(document).expect("the chart renders a valid ownership document");
+
+    // The pre-delete hook unregisters.
+    let job = find("Job");
+    assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], "pre-delete");
+    let hook_args = container_args(&template(&ownership()).unwrap(), "Job");
+    assert_eq!(
+        &hook_args[..3],
+        [
+            "unregister",
+            "--name=sg-statusguard",
+            "--configmap=statusguard-system/sg-statusguard-ownership"
+        ]
+    );
+
     let deployment = find("Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -227,14 +237,6 @@ fn the_webhooks_follow_the_ownership_document_and_the_certificate() {
         json!(["ALL"])
     );
     assert!(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/certificate"].is_string());
-    let args = pod["containers"][0]["args"].as_array().unwrap();
-    assert!(
-        args.contains(&json!("--configmap=statusguard-system/sg-statusguard-ownership")),
-        "{args:?}"
-    );
-    let configmap = find("ConfigMap");
-    let document = configmap["data"]["ownership.yaml"].as_str().unwrap();
-    statusguard::ownership::Ownership::from_yaml(document).expect("the chart renders a valid ownership document");
 }
 
 #[test]
@@ -400,33 +402,28 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         &values_path,
     ]);
 
-    // Run the server as the chart's ServiceAccount, with the chart's certificate.
+    // Run the server as the chart's pod would: its arguments, its
+    // ServiceAccount (with only the chart's RBAC), its Secret's files.
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), RELEASE_NAMESPACE);
     let secret = secrets.get("sg-statusguard-tls").await.unwrap();
     let data = secret.data.unwrap();
-    for key in ["tls.crt", "tls.key"] {
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
         std::fs::write(home.path().join(key), &data[key].0).unwrap();
     }
     let kubeconfig = cluster
         .service_account_kubeconfig(RELEASE_NAMESPACE, "sg-statusguard")
         .await;
-    let cert = home.path().join("tls.crt").display().to_string();
-    let key = home.path().join("tls.key").display().to_string();
-    let server = BinaryServer::start_on(
-        port,
-        home.path(),
-        &[
-            "--configmap",
-            "statusguard-system/sg-statusguard-ownership",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-        ],
-        &[("KUBECONFIG", &kubeconfig)],
-    )
-    .await;
+    let manifest = helm(home.path())
+        .args(["get", "manifest", "sg", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let manifest = String::from_utf8(manifest.stdout).unwrap();
+    let args = on_this_machine(&container_args(&manifest, "Deployment"), home.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = BinaryServer::start_on(port, home.path(), &args, &[("KUBECONFIG", &kubeconfig)]).await;
     server.wait_ready().await;
+    // The server registers itself: helm rendered no webhook configuration.
     s.wait_until_called(&["endpoint=\"validate\""], || server.metrics())
         .await;
 
@@ -455,13 +452,49 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         "the upgrade's ownership is in force",
     )
     .await;
-    let mut process = server.process;
-    assert!(process.0.try_wait().unwrap().is_none(), "the server was not restarted");
+    let mut server = server;
+    assert!(
+        server.process.0.try_wait().unwrap().is_none(),
+        "the server was not restarted"
+    );
 
-    // helm uninstall removes the webhook configurations: status writes pass again.
-    run_helm(&["uninstall", "sg", "-n", RELEASE_NAMESPACE]);
+    // helm uninstall: its pre-delete hook removes the webhook configurations
+    // while the server still runs, and stands it down. There is no kubelet
+    // here to run the hook's Job, so the test runs its container's command
+    // as the chart's ServiceAccount, then uninstalls without hooks.
+    let hooks = helm(home.path())
+        .args(["get", "hooks", "sg", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let hook_args = container_args(&String::from_utf8(hooks.stdout).unwrap(), "Job");
+    let unregister = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"))
+        .args(&hook_args)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&unregister.stdout);
+    assert!(
+        unregister.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&unregister.stderr)
+    );
+    assert!(
+        said.contains("deleted ValidatingWebhookConfiguration sg-statusguard"),
+        "{said}"
+    );
+    run_helm(&["uninstall", "sg", "-n", RELEASE_NAMESPACE, "--no-hooks"]);
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
     assert!(validating.get_opt("sg-statusguard").await.unwrap().is_none());
+    assert!(mutating.get_opt("sg-statusguard").await.unwrap().is_none());
+    assert!(
+        server
+            .metrics()
+            .await
+            .contains("statusguard_webhook_syncs_total{result=\"stood_down\"} 1"),
+        "the running server stood down"
+    );
     eventually(
         Duration::from_secs(30),
         "the controller's field is writable by anyone again",
@@ -473,5 +506,5 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         },
     )
     .await;
-    let _ = process.0.kill();
+    let _ = server.process.0.kill();
 }

@@ -103,6 +103,8 @@ struct ResourceDoc {
     mode: Option<Mode>,
     conditions: Option<String>,
     #[serde(default)]
+    allow_system_resource: bool,
+    #[serde(default)]
     writers: Vec<WriterDoc>,
 }
 
@@ -336,7 +338,34 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     })
 }
 
+/// Core resources whose status the kubelet or the control plane writes:
+/// guarding them where a webhook outage fails writes can stall the cluster
+/// itself (nodes going NotReady, pods never scheduled), so the document must
+/// say so explicitly.
+pub const SYSTEM_RESOURCES: [&str; 8] = [
+    "nodes",
+    "pods",
+    "namespaces",
+    "services",
+    "persistentvolumes",
+    "persistentvolumeclaims",
+    "replicationcontrollers",
+    "resourcequotas",
+];
+
 fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut Vec<String>) -> Option<ResourceRules> {
+    let mode = r.mode.unwrap_or(default_mode);
+    if r.group.is_empty()
+        && SYSTEM_RESOURCES.contains(&r.resource.as_str())
+        && mode != Mode::Audit
+        && !r.allow_system_resource
+    {
+        problems.push(format!(
+            "{at}: the kubelet and the control plane write the status of core {}: in mode {mode} a statusguard outage \
+             (failurePolicy Fail) blocks them too; use mode: audit, or set allowSystemResource: true to accept that",
+            r.resource
+        ));
+    }
     let conditions_text = r.conditions.as_deref().unwrap_or("conditions");
     let conditions_path = FieldPath::parse(conditions_text)
         .map_err(|e| problems.push(format!("{at}: conditions: {e}")))
@@ -362,7 +391,7 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     Some(ResourceRules {
         group: r.group,
         resource: r.resource,
-        mode: r.mode.unwrap_or(default_mode),
+        mode,
         conditions_path,
         writers,
         read_paths,

@@ -28,13 +28,36 @@ fn the_example_document_is_valid() {
 
 #[test]
 fn defaults_apply_where_the_document_is_silent() {
-    let rules = Ownership::from_yaml(&doc("  - group: \"\"\n    resource: pods\n")).unwrap();
-    let pods = rules.resource("", "pods").unwrap();
-    assert_eq!(pods.mode, Mode::Enforce);
-    assert_eq!(pods.conditions_path.to_string(), "conditions");
-    assert!(pods.writers.is_empty());
-    assert_eq!(pods.name(), "pods");
+    let rules = Ownership::from_yaml(&doc("  - group: \"\"\n    resource: configmaps\n")).unwrap();
+    let configmaps = rules.resource("", "configmaps").unwrap();
+    assert_eq!(configmaps.mode, Mode::Enforce);
+    assert_eq!(configmaps.conditions_path.to_string(), "conditions");
+    assert!(configmaps.writers.is_empty());
+    assert_eq!(configmaps.name(), "configmaps");
     assert!(rules.resource("", "widgets").is_none());
+}
+
+#[test]
+fn core_resources_the_kubelet_and_control_plane_write_need_an_explicit_opt_in() {
+    let err = Ownership::from_yaml(&doc(
+        "  - {group: \"\", resource: nodes}\n  - {group: \"\", resource: pods, mode: trim}\n",
+    ))
+    .unwrap_err()
+    .problems();
+    assert_eq!(err.len(), 2, "{err:?}");
+    assert!(
+        err[0].contains("core nodes") && err[0].contains("allowSystemResource: true"),
+        "{err:?}"
+    );
+    // Audit never blocks a write; an explicit opt-in accepts the risk; the
+    // same name in another group is not a core resource.
+    for ok in [
+        "  - {group: \"\", resource: pods, mode: audit}\n",
+        "  - {group: \"\", resource: nodes, allowSystemResource: true}\n",
+        "  - {group: example.com, resource: pods}\n",
+    ] {
+        assert!(Ownership::from_yaml(&doc(ok)).is_ok(), "{ok}");
+    }
 }
 
 #[test]

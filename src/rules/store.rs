@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 use crate::ownership::Ownership;
@@ -18,6 +19,8 @@ pub struct RuleStore {
     /// Why the source is not (or no longer) what is in force.
     problem: ArcSwapOption<String>,
     metrics: Arc<Metrics>,
+    /// Wakes the one follower of the rules (the webhook registration).
+    replaced: Notify,
 }
 
 impl RuleStore {
@@ -28,6 +31,7 @@ impl RuleStore {
             generation: AtomicU64::new(0),
             problem: ArcSwapOption::from_pointee("no ownership document loaded yet".to_owned()),
             metrics,
+            replaced: Notify::new(),
         }
     }
 
@@ -42,7 +46,15 @@ impl RuleStore {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.problem.store(None);
         self.metrics.rules_loaded(generation);
+        // A permit is kept when nobody waits yet: the follower never misses one.
+        self.replaced.notify_one();
         generation
+    }
+
+    /// Resolves after the next [`replace`](Self::replace) (or at once if one
+    /// happened since the last call). For one follower.
+    pub async fn replaced(&self) {
+        self.replaced.notified().await
     }
 
     /// The source could not be used: the rules in force stay, and the reason

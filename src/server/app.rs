@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
 
@@ -20,6 +22,9 @@ pub struct App {
     /// Time allowed for a request body.
     pub request_timeout: Duration,
     shutting_down: AtomicBool,
+    /// The ownership ConfigMap says `statusguard.dev/registration: disabled`.
+    registration_disabled: AtomicBool,
+    registration_changed: Notify,
 }
 
 impl App {
@@ -31,6 +36,8 @@ impl App {
             max_body_bytes,
             request_timeout,
             shutting_down: AtomicBool::new(false),
+            registration_disabled: AtomicBool::new(false),
+            registration_changed: Notify::new(),
         })
     }
 
@@ -45,6 +52,24 @@ impl App {
             return Err(format!("no ownership rules loaded: {why}"));
         }
         Ok(())
+    }
+
+    /// Whether the webhook configurations may be applied: `false` once
+    /// `statusguard unregister` stood the servers down.
+    pub fn registration_enabled(&self) -> bool {
+        !self.registration_disabled.load(Ordering::SeqCst)
+    }
+
+    /// Follows the ConfigMap's registration annotation.
+    pub fn set_registration_enabled(&self, enabled: bool) {
+        if self.registration_disabled.swap(!enabled, Ordering::SeqCst) == enabled {
+            self.registration_changed.notify_one();
+        }
+    }
+
+    /// Resolves after the next change of [`registration_enabled`](Self::registration_enabled).
+    pub async fn registration_changed(&self) {
+        self.registration_changed.notified().await
     }
 
     /// From now on readiness is 503.

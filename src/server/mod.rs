@@ -2,13 +2,15 @@
 //!
 //! Wiring only. The parts: [`app`] (shared state), [`accept`] (the TLS
 //! accept loop), [`admission`] (the webhook endpoints), [`admin`] (probes and
-//! metrics), [`watch`] (the ConfigMap of cluster mode). The decision itself
+//! metrics), [`watch`] (the ConfigMap of cluster mode), [`register`] (the
+//! webhook configurations, kept in step with the rules). The decision itself
 //! is [`crate::pipeline::answer`].
 
 pub mod accept;
 pub mod admin;
 pub mod admission;
 pub mod app;
+pub mod register;
 pub mod watch;
 
 use std::future::Future;
@@ -25,6 +27,7 @@ pub use app::App;
 use crate::metrics::Metrics;
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::tls::{self, CertFiles, PemFiles, SwappableCert};
+use crate::webhooks::Registration;
 
 /// Everything `serve` needs; the CLI fills it from flags and environment.
 #[derive(Debug, Clone)]
@@ -51,6 +54,8 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// After the stop signal, how long in-flight requests may take.
     pub shutdown_timeout: Duration,
+    /// Keep these webhook configurations in step with the rules in force.
+    pub registration: Option<Registration>,
 }
 
 /// Why the server could not start.
@@ -80,7 +85,9 @@ pub enum ServerError {
     #[error(transparent)]
     Rules(#[from] LoadError),
     /// Cluster mode without a reachable cluster configuration.
-    #[error("cannot reach the Kubernetes API for --configmap (in-cluster config, or KUBECONFIG): {0}")]
+    #[error(
+        "cannot reach the Kubernetes API for --configmap or --register-webhooks (in-cluster config, or KUBECONFIG): {0}"
+    )]
     Kube(#[from] kube::Error),
 }
 
@@ -106,6 +113,7 @@ pub struct Server {
     acceptor: TlsAcceptor,
     cert_reload: Option<CertReload>,
     configmap_watch: Option<ConfigMapWatch>,
+    registration: Option<(kube::Client, Registration)>,
 }
 
 impl Server {
@@ -117,10 +125,18 @@ impl Server {
             config.request_timeout,
         );
 
-        let configmap_watch = match &config.rules {
-            RulesSource::ConfigMap(configmap) => {
+        let client = match (&config.rules, &config.registration) {
+            (RulesSource::ConfigMap(_), _) | (_, Some(_)) => Some(kube::Client::try_default().await?),
+            _ => None,
+        };
+        let registration = config
+            .registration
+            .clone()
+            .zip(client.clone())
+            .map(|(registration, client)| (client, registration));
+        let configmap_watch = match (&config.rules, client) {
+            (RulesSource::ConfigMap(configmap), Some(client)) => {
                 // Not ready until the watch delivers a first valid document.
-                let client = kube::Client::try_default().await?;
                 app.rules.waiting(format!(
                     "waiting for the first valid document from ConfigMap {configmap}"
                 ));
@@ -129,7 +145,7 @@ impl Server {
                     configmap: configmap.clone(),
                 })
             }
-            local => {
+            (local, _) => {
                 let rules = local.load_local()?;
                 tracing::info!(source = %local, summary = %rules.summary(), "ownership rules loaded");
                 app.rules.replace(rules);
@@ -180,6 +196,7 @@ impl Server {
             acceptor,
             cert_reload,
             configmap_watch,
+            registration,
         })
     }
 
@@ -210,6 +227,7 @@ impl Server {
             acceptor,
             cert_reload,
             configmap_watch,
+            registration,
         } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
@@ -223,6 +241,9 @@ impl Server {
         }
         if let Some(ConfigMapWatch { client, configmap }) = configmap_watch {
             background.spawn(watch::watch_configmap(client, configmap, app.clone()));
+        }
+        if let Some((client, registration)) = registration {
+            background.spawn(register::keep_registered(client, registration, app.clone()));
         }
         let admin = admin::router(app.clone());
         background.spawn(async move {

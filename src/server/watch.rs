@@ -6,7 +6,9 @@
 //! schema errors, overlapping owners, a missing key, a deleted ConfigMap)
 //! leaves the last good rules in force and is reported: a warning log, the
 //! `rules_stale` gauge and `config_reloads_total`, and a Warning Event on the
-//! ConfigMap (reason `InvalidOwnership`).
+//! ConfigMap (reason `InvalidOwnership`). Its annotation
+//! `statusguard.dev/registration: disabled` stands the webhook registration
+//! down (see [`crate::webhooks`]).
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ use kube::{Api, Client, Resource as _};
 use crate::ownership::CONFIGMAP_KEY;
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
 use crate::server::app::App;
+use crate::webhooks::REGISTRATION_ANNOTATION;
 
 /// An Event note holds at most 1 kB.
 const EVENT_NOTE_BYTES: usize = 1000;
@@ -80,6 +83,13 @@ impl WatchState {
     }
 
     async fn apply(&mut self, object: &ConfigMap) {
+        let registration = object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REGISTRATION_ANNOTATION))
+            .map(String::as_str);
+        self.app.set_registration_enabled(registration != Some("disabled"));
         let seen = Seen::Document(object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned());
         if self.seen == seen {
             return;

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod cluster;
 pub mod legacy;
 pub mod scenario;

@@ -218,8 +218,9 @@ impl Scenario {
 
     /// Waits until the server's /metrics (read by `metrics`) counts reviews
     /// with each of the `wanted` labels: a dry-run status write by the
-    /// (exempt) admin reaches the webhook once the API server has loaded its
-    /// configuration.
+    /// scaler (its own object unchanged: allowed; not an exempt identity,
+    /// which matchConditions keep away) reaches the webhook once the API
+    /// server has loaded its configuration.
     pub async fn wait_until_called<F, Fut>(&self, wanted: &[&str], metrics: F)
     where
         F: Fn() -> Fut,
@@ -246,7 +247,7 @@ impl Scenario {
                     serde_json::to_vec(&object).unwrap(),
                 )
                 .unwrap();
-            let _ = send(&self.admin, request).await;
+            let _ = send(&self.scaler, request).await;
             let metrics = metrics().await;
             let called = wanted.iter().all(|w| {
                 metrics

@@ -16,6 +16,8 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
+// Re-exported for the tests that wait on a server; not every test binary uses both.
+#[allow(unused_imports)]
 pub use super::wait::{eventually, free_port};
 
 pub fn loopback() -> SocketAddr {
@@ -35,6 +37,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         shutdown_timeout: Duration::from_secs(10),
+        registration: None,
     }
 }
 
@@ -215,11 +218,13 @@ impl BinaryServer {
             "--admin-listen",
             &format!("127.0.0.1:{admin}"),
         ]);
-        if !args.contains(&"--tls-cert") {
+        if !args.iter().any(|a| a.starts_with("--tls-cert")) {
             command.arg("--write-ca").arg(dir.join("ca.pem"));
         }
+        if !args.iter().any(|a| a.starts_with("--log-format")) {
+            command.args(["--log-format", "json"]);
+        }
         command
-            .args(["--log-format", "json"])
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -247,8 +252,11 @@ impl BinaryServer {
     }
 
     pub async fn wait_ready(&self) {
-        eventually(Duration::from_secs(30), "the binary is ready", || async {
-            matches!(self.get_admin("/readyz").await, Some((200, _)))
+        super::wait::retry_until(Duration::from_secs(30), "the binary is ready", || async {
+            match self.get_admin("/readyz").await {
+                Some((200, _)) => Ok(()),
+                readyz => Err(format!("/readyz: {readyz:?}; its log:\n{}", self.log())),
+            }
         })
         .await;
     }

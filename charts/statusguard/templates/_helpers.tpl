@@ -35,14 +35,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* "true" when any resource is in trim mode: only then is there a mutating webhook. */}}
-{{- define "statusguard.needsMutating" -}}
-{{- $default := default "enforce" .Values.ownership.mode -}}
-{{- range .Values.ownership.resources -}}
-{{- if eq (default $default .mode) "trim" -}}true{{- end -}}
-{{- end -}}
-{{- end -}}
-
 {{/*
 The serving certificate of helm mode as JSON {ca, crt, key}: the one in the
 existing Secret when there is one (kept across upgrades), else a new CA and
@@ -69,13 +61,35 @@ webhooks' caBundle and the Deployment's checksum agree.
 {{- get .Values "__statusguardCertificates" | toJson -}}
 {{- end -}}
 
-{{/* The caBundle of the webhook configurations (empty in certManager mode: injected). */}}
-{{- define "statusguard.caBundle" -}}
-{{- if eq .Values.certificates.mode "helm" -}}
-{{- (include "statusguard.helmCertificates" . | fromJson).ca | b64enc -}}
-{{- else if eq .Values.certificates.mode "existingSecret" -}}
-{{- .Values.certificates.caBundle -}}
+{{/* The name of the webhook configurations the server keeps in step with the ownership document. */}}
+{{- define "statusguard.webhookName" -}}
+{{- include "statusguard.fullname" . -}}
 {{- end -}}
+
+{{/* Where the server finds the CA bundle it writes into its webhook configurations. */}}
+{{- define "statusguard.caFile" -}}
+{{- if eq .Values.certificates.mode "existingSecret" -}}
+/etc/statusguard/ca/ca.crt
+{{- else -}}
+/etc/statusguard/tls/ca.crt
+{{- end -}}
+{{- end -}}
+
+{{/* Where the API server sends reviews: the Service, or webhook.url. */}}
+{{- define "statusguard.webhookTarget" -}}
+{{- if .Values.webhook.url -}}
+{{- .Values.webhook.url -}}
+{{- else -}}
+{{- printf "%s/%s:%v" .Release.Namespace (include "statusguard.fullname" .) .Values.service.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The webhooks' namespaceSelector, as JSON: never the release's own namespace, the excluded ones, or an opted-out one. */}}
+{{- define "statusguard.namespaceSelector" -}}
+{{- $excluded := prepend .Values.webhook.excludeNamespaces .Release.Namespace | uniq -}}
+{{- $byName := dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded -}}
+{{- $optOut := dict "key" .Values.webhook.optOutLabel "operator" "NotIn" "values" (list "true") -}}
+{{- dict "matchExpressions" (list $byName $optOut) | toJson -}}
 {{- end -}}
 
 {{/* What a change of rolls the pods: the certificate source. */}}

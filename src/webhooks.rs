@@ -1,0 +1,419 @@
+//! The webhook configurations statusguard keeps in step with the rules in
+//! force, and removes on `statusguard unregister`.
+//!
+//! What intercepts status writes must match the document being enforced,
+//! not what Helm rendered once: the server applies its
+//! ValidatingWebhookConfiguration and MutatingWebhookConfiguration from the
+//! last valid document (server-side apply, one field manager, so that every
+//! replica writes the same object and they converge without a leader).
+//! Until a first valid document is loaded nothing is applied, so nothing
+//! intercepts; an invalid document is never applied, so the protection a
+//! valid one set up stays.
+//!
+//! The configurations fail safe:
+//! - enforce and trim resources are behind the configured `failurePolicy`
+//!   (`Fail` by default); audit resources have a webhook of their own with
+//!   `Ignore`, since nothing is enforced for them;
+//! - `matchConditions` (CEL) keep the document's exempt users and groups and
+//!   `system:nodes` away from the webhook entirely, so break-glass works
+//!   while statusguard is down.
+//!
+//! Only the `webhooks` of each configuration are written, so the objects
+//! themselves may be created by someone else (the Helm chart creates them
+//! empty, so that the server needs to patch, never to create, webhook
+//! configurations); where the server may create them, the first apply does.
+//!
+//! [`desired`] is pure; [`apply`] and [`unregister`] talk to the API server.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+
+use crate::ownership::{Mode, Ownership, ResourceRules};
+use crate::rules::ConfigMapRef;
+
+/// The field manager of every write statusguard makes to its configurations.
+pub const FIELD_MANAGER: &str = "statusguard";
+/// The annotation on the ownership ConfigMap that stands every replica down:
+/// while it is `disabled`, no server applies its webhook configurations
+/// (set by `statusguard unregister`; the chart renders it `enabled`).
+pub const REGISTRATION_ANNOTATION: &str = "statusguard.dev/registration";
+/// The group of every node's kubelet, never sent to the webhook.
+pub const NODES_GROUP: &str = "system:nodes";
+
+/// Where the API server sends reviews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookTarget {
+    /// A Service in the cluster (the chart's).
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its port.
+        port: i32,
+    },
+    /// A base URL (`https://host:port`), for a server outside the cluster.
+    Url(String),
+}
+
+impl WebhookTarget {
+    fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
+        let mut config = WebhookClientConfig {
+            ca_bundle: ca_bundle.map(|pem| ByteString(pem.to_vec())),
+            ..Default::default()
+        };
+        match self {
+            WebhookTarget::Service { namespace, name, port } => {
+                config.service = Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(format!("/{path}")),
+                    port: Some(*port),
+                })
+            }
+            WebhookTarget::Url(base) => config.url = Some(format!("{}/{path}", base.trim_end_matches('/'))),
+        }
+        config
+    }
+}
+
+/// `NAMESPACE/NAME:PORT` of a Service.
+impl std::str::FromStr for WebhookTarget {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.starts_with("https://") {
+            return Ok(WebhookTarget::Url(text.to_owned()));
+        }
+        let usage = || format!("{text:?}: expected NAMESPACE/NAME:PORT of a Service, or an https:// URL");
+        let (namespace, rest) = text.split_once('/').ok_or_else(usage)?;
+        let (name, port) = rest.split_once(':').ok_or_else(usage)?;
+        let port: i32 = port.parse().map_err(|_| usage())?;
+        if namespace.is_empty() || name.is_empty() || !(1..=65535).contains(&port) {
+            return Err(usage());
+        }
+        Ok(WebhookTarget::Service {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            port,
+        })
+    }
+}
+
+/// The `failurePolicy` of the enforcing webhooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailurePolicy {
+    /// A status write is rejected while statusguard cannot be reached.
+    #[default]
+    Fail,
+    /// A status write passes unguarded while statusguard cannot be reached.
+    Ignore,
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        })
+    }
+}
+
+/// How the server registers itself.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// The name of both configurations (the chart's full name).
+    pub name: String,
+    /// Where the API server sends reviews.
+    pub target: WebhookTarget,
+    /// A PEM file of the CA(s) that verify the serving certificate, read at
+    /// every sync so that a rotated CA reaches the `caBundle`. `None`: no
+    /// `caBundle` (the API server's own trust store verifies a URL target).
+    pub ca_file: Option<PathBuf>,
+    /// The enforcing webhooks' `failurePolicy`.
+    pub failure_policy: FailurePolicy,
+    /// The API server waits this long for an answer.
+    pub timeout_seconds: i32,
+    /// Which namespaces' objects are sent; `None`: all.
+    pub namespace_selector: Option<LabelSelector>,
+    /// How often the configurations are applied again even when nothing
+    /// changed (repairs a hand edit or deletion).
+    pub resync: Duration,
+}
+
+/// Why the configurations could not be made or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistrationError {
+    /// The CA file could not be read.
+    #[error("cannot read the webhook CA bundle {path}: {source}")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The API server refused a write.
+    #[error("cannot write {kind} {name}: {source}")]
+    Write {
+        /// ValidatingWebhookConfiguration or MutatingWebhookConfiguration.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// What the API server said.
+        source: kube::Error,
+    },
+}
+
+/// The two configurations, as the server applies them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Configurations {
+    /// `validate` for enforce and trim resources, `audit` (failurePolicy
+    /// Ignore) for audit resources; either left out when it has none.
+    pub validating: ValidatingWebhookConfiguration,
+    /// `mutate` for trim resources; no webhooks when there are none.
+    pub mutating: MutatingWebhookConfiguration,
+}
+
+/// A webhook's name: `PATH.NAME.statusguard.dev`.
+fn webhook_name(path: &str, registration: &Registration) -> String {
+    format!("{path}.{}.statusguard.dev", registration.name)
+}
+
+/// The rules of a webhook: `<resource>/status` UPDATE for each resource.
+fn rules_for<'r>(resources: impl Iterator<Item = &'r ResourceRules>) -> Vec<RuleWithOperations> {
+    resources
+        .map(|r| RuleWithOperations {
+            api_groups: Some(vec![r.group.clone()]),
+            api_versions: Some(vec!["*".to_owned()]),
+            operations: Some(vec!["UPDATE".to_owned()]),
+            resources: Some(vec![format!("{}/status", r.resource)]),
+            scope: Some("*".to_owned()),
+        })
+        .collect()
+}
+
+/// A CEL string literal (CEL accepts JSON's escapes).
+fn cel_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
+}
+
+/// The `matchConditions` that keep exempt writers and the nodes' kubelets
+/// away from the webhook: the API server does not call it for them at all.
+pub fn match_conditions(rules: &Ownership) -> Vec<MatchCondition> {
+    let list = |items: Vec<&str>| items.into_iter().map(cel_string).collect::<Vec<_>>().join(", ");
+    let mut conditions = Vec::new();
+    if !rules.exempt_users.is_empty() {
+        let users = list(rules.exempt_users.iter().map(String::as_str).collect());
+        conditions.push(MatchCondition {
+            name: "not-an-exempt-user".to_owned(),
+            expression: format!("!(request.userInfo.username in [{users}])"),
+        });
+    }
+    let mut groups: Vec<&str> = rules.exempt_groups.iter().map(String::as_str).collect();
+    if !groups.contains(&NODES_GROUP) {
+        groups.push(NODES_GROUP);
+    }
+    conditions.push(MatchCondition {
+        name: "not-an-exempt-group".to_owned(),
+        expression: format!(
+            "!(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [{}]))",
+            list(groups)
+        ),
+    });
+    conditions
+}
+
+/// The configurations that match `rules`: pure, the same on every replica.
+pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option<&[u8]>) -> Configurations {
+    // Only the name: the labels belong to whoever created the object (the
+    // chart), and an apply of them would take them over.
+    let metadata = ObjectMeta {
+        name: Some(registration.name.clone()),
+        ..Default::default()
+    };
+    let conditions = match_conditions(rules);
+    let of_modes = |modes: &[Mode]| rules_for(rules.resources().iter().filter(|r| modes.contains(&r.mode)));
+    let validating_hook =
+        |path: &str, rules: Vec<RuleWithOperations>, failure_policy: FailurePolicy| ValidatingWebhook {
+            name: webhook_name(path, registration),
+            client_config: registration.target.client_config("validate", ca_bundle),
+            rules: Some(rules),
+            failure_policy: Some(failure_policy.to_string()),
+            match_policy: Some("Equivalent".to_owned()),
+            match_conditions: Some(conditions.clone()),
+            namespace_selector: registration.namespace_selector.clone(),
+            side_effects: "None".to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            timeout_seconds: Some(registration.timeout_seconds),
+            ..Default::default()
+        };
+    let mut validating = Vec::new();
+    let enforced = of_modes(&[Mode::Enforce, Mode::Trim]);
+    if !enforced.is_empty() {
+        validating.push(validating_hook("validate", enforced, registration.failure_policy));
+    }
+    let audited = of_modes(&[Mode::Audit]);
+    if !audited.is_empty() {
+        // Nothing is enforced for these: never block a write for them.
+        validating.push(validating_hook("audit", audited, FailurePolicy::Ignore));
+    }
+    let trimmed = of_modes(&[Mode::Trim]);
+    let mutating = (!trimmed.is_empty())
+        .then(|| MutatingWebhook {
+            name: webhook_name("mutate", registration),
+            client_config: registration.target.client_config("mutate", ca_bundle),
+            rules: Some(trimmed),
+            failure_policy: Some(registration.failure_policy.to_string()),
+            match_policy: Some("Equivalent".to_owned()),
+            match_conditions: Some(conditions.clone()),
+            namespace_selector: registration.namespace_selector.clone(),
+            reinvocation_policy: Some("IfNeeded".to_owned()),
+            side_effects: "None".to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            timeout_seconds: Some(registration.timeout_seconds),
+            ..Default::default()
+        })
+        .into_iter()
+        .collect();
+    Configurations {
+        validating: ValidatingWebhookConfiguration {
+            metadata: metadata.clone(),
+            webhooks: Some(validating),
+        },
+        mutating: MutatingWebhookConfiguration {
+            metadata,
+            webhooks: Some(mutating),
+        },
+    }
+}
+
+impl Registration {
+    /// The CA bundle to write into the configurations, read now.
+    pub fn ca_bundle(&self) -> Result<Option<Vec<u8>>, RegistrationError> {
+        self.ca_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read(path).map_err(|source| RegistrationError::CaFile {
+                    path: path.clone(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+}
+
+/// Applies both configurations (server-side apply, forced: statusguard is
+/// the one owner of what it writes). k8s-openapi writes `apiVersion` and
+/// `kind`, which an apply body needs.
+pub async fn apply(client: &Client, configurations: &Configurations) -> Result<(), RegistrationError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let name = configurations.validating.metadata.name.clone().unwrap_or_default();
+    let write_error = |kind: &'static str| {
+        let name = name.clone();
+        move |source| RegistrationError::Write { kind, name, source }
+    };
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    validating
+        .patch(&name, &params, &Patch::Apply(&configurations.validating))
+        .await
+        .map_err(write_error("ValidatingWebhookConfiguration"))?;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    mutating
+        .patch(&name, &params, &Patch::Apply(&configurations.mutating))
+        .await
+        .map_err(write_error("MutatingWebhookConfiguration"))?;
+    Ok(())
+}
+
+/// What `unregister` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Unregistered {
+    /// The configurations deleted, by kind.
+    pub deleted: Vec<String>,
+    /// The ConfigMap annotated to stand the servers down, if one was named.
+    pub stood_down: Option<String>,
+}
+
+/// Stands every running server down (the ConfigMap's
+/// [`REGISTRATION_ANNOTATION`] set to `disabled`, when `configmap` is
+/// given), then deletes both configurations, and keeps deleting them until
+/// they have stayed gone for `settle` (a server that applied just before it
+/// saw the annotation cannot bring them back).
+pub async fn unregister(
+    client: &Client,
+    name: &str,
+    configmap: Option<&ConfigMapRef>,
+    settle: Duration,
+) -> Result<Unregistered, kube::Error> {
+    let mut done = Unregistered::default();
+    if let Some(configmap) = configmap {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {REGISTRATION_ANNOTATION: "disabled"}}});
+        match api
+            .patch(&configmap.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => done.stood_down = Some(configmap.to_string()),
+            // No ConfigMap: no server has anything to apply.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        let mut deleted_now = false;
+        for (kind, deleted) in [
+            (
+                "ValidatingWebhookConfiguration",
+                delete_if_present(&validating, name).await?,
+            ),
+            (
+                "MutatingWebhookConfiguration",
+                delete_if_present(&mutating, name).await?,
+            ),
+        ] {
+            if deleted {
+                deleted_now = true;
+                let entry = format!("{kind} {name}");
+                if !done.deleted.contains(&entry) {
+                    done.deleted.push(entry);
+                }
+            }
+        }
+        if deleted_now {
+            quiet_since = tokio::time::Instant::now();
+        }
+        if quiet_since.elapsed() >= settle {
+            return Ok(done);
+        }
+        tokio::time::sleep(Duration::from_millis(250).min(settle)).await;
+    }
+}
+
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+use super::*;
+use serde_json::{Value, json};
+
+fn registration() -> Registration {
+    Registration {
+        name: "statusguard".to_owned(),
+        target: "statusguard/statusguard:443".parse().unwrap(),
+        ca_file: None,
+        failure_policy: FailurePolicy::Fail,
+        timeout_seconds: 5,
+        namespace_selector: None,
+        resync: Duration::from_secs(60),
+    }
+}
+
+fn rules(text: &str) -> Ownership {
+    Ownership::from_yaml(text).unwrap()
+}
+
+const MIXED: &str = r#"
+apiVersion: statusguard.dev/v1alpha1
+kind: StatusOwnership
+mode: enforce
+exempt: {users: [breakglass, "o'brien"], groups: ["system:masters"]}
+resources:
+  - {group: example.com, resource: widgets, writers: [{user: a, fields: [x]}]}
+  - {group: example.com, resource: gadgets, mode: trim, writers: [{user: a, fields: [x]}]}
+  - {group: example.com, resource: gizmos, mode: audit}
+"#;
+
+fn json_of<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap()
+}
+
+#[test]
+fn one_webhook_per_mode_with_the_resources_of_that_mode() {
+    let configurations = desired(&registration(), &rules(MIXED), Some(b"PEM"));
+    let validating = json_of(&configurations.validating);
+    assert_eq!(validating["apiVersion"], "admissionregistration.k8s.io/v1");
+    assert_eq!(validating["kind"], "ValidatingWebhookConfiguration");
+    let hooks = validating["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(hooks[0]["name"], "validate.statusguard.statusguard.dev");
+    assert_eq!(hooks[0]["failurePolicy"], "Fail");
+    assert_eq!(
+        hooks[0]["rules"],
+        json!([
+            {"apiGroups": ["example.com"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["widgets/status"], "scope": "*"},
+            {"apiGroups": ["example.com"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["gadgets/status"], "scope": "*"},
+        ])
+    );
+    assert_eq!(
+        hooks[0]["clientConfig"],
+        json!({"service": {"namespace": "statusguard", "name": "statusguard", "path": "/validate", "port": 443}, "caBundle": "UEVN"})
+    );
+    // Audit resources: nothing is enforced for them, so never Fail.
+    assert_eq!(hooks[1]["name"], "audit.statusguard.statusguard.dev");
+    assert_eq!(hooks[1]["failurePolicy"], "Ignore");
+    assert_eq!(hooks[1]["rules"][0]["resources"], json!(["gizmos/status"]));
+    assert_eq!(hooks[1]["clientConfig"]["service"]["path"], "/validate");
+
+    let mutating = json_of(&configurations.mutating);
+    let hooks = mutating["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1);
+    assert_eq!(hooks[0]["rules"][0]["resources"], json!(["gadgets/status"]));
+    assert_eq!(hooks[0]["reinvocationPolicy"], "IfNeeded");
+    assert_eq!(hooks[0]["clientConfig"]["service"]["path"], "/mutate");
+}
+
+#[test]
+fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
+    let only_enforce = rules(
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - {group: example.com, resource: widgets}\n",
+    );
+    let configurations = desired(&registration(), &only_enforce, None);
+    assert_eq!(configurations.validating.webhooks.as_ref().unwrap().len(), 1);
+    assert_eq!(configurations.mutating.webhooks, Some(vec![]));
+    assert!(
+        json_of(&configurations.validating)["webhooks"][0]["clientConfig"]
+            .get("caBundle")
+            .is_none()
+    );
+    let empty = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
+    assert_eq!(desired(&registration(), &empty, None).validating.webhooks, Some(vec![]));
+}
+
+#[test]
+fn exempt_identities_and_the_nodes_never_reach_the_webhook() {
+    let conditions = match_conditions(&rules(MIXED));
+    assert_eq!(
+        json_of(&conditions),
+        json!([
+            {"name": "not-an-exempt-user", "expression": r#"!(request.userInfo.username in ["breakglass", "o'brien"])"#},
+            {"name": "not-an-exempt-group",
+             "expression": r#"!(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ["system:masters", "system:nodes"]))"#},
+        ])
+    );
+    // Without exempt users, only the groups' condition, which always holds system:nodes.
+    let plain = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
+    let conditions = match_conditions(&plain);
+    assert_eq!(conditions.len(), 1);
+    assert!(conditions[0].expression.contains(r#"["system:nodes"]"#));
+    // Every webhook carries them.
+    let configurations = desired(&registration(), &rules(MIXED), None);
+    for hook in configurations.validating.webhooks.unwrap() {
+        assert_eq!(hook.match_conditions.unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn targets_parse_from_a_service_or_a_url() {
+    assert_eq!(
+        "ns/name:8443".parse::<WebhookTarget>(),
+        Ok(WebhookTarget::Service {
+            namespace: "ns".into(),
+            name: "name".into(),
+            port: 8443
+        })
+    );
+    let url: WebhookTarget = "https://127.0.0.1:9443/".parse().unwrap();
+    assert_eq!(
+        url.client_config("mutate", None).url.as_deref(),
+        Some("https://127.0.0.1:9443/mutate")
+    );
+    for bad in ["ns/name", "name:443", "ns/name:0", "/name:443", "ns/name:http"] {
+        assert!(bad.parse::<WebhookTarget>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn the_same_rules_give_the_same_configurations() {
+    let a = desired(&registration(), &rules(MIXED), Some(b"x"));
+    let b = desired(&registration(), &rules(MIXED), Some(b"x"));
+    assert_eq!(
+        serde_json::to_vec(&a.validating).unwrap(),
+        serde_json::to_vec(&b.validating).unwrap()
+    );
+}
