@@ -10,13 +10,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::certs::{CertPolicy, names_for};
 use crate::decision::Endpoint;
 use crate::ownership::Ownership;
 use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
+use crate::server::ca::ManagedCerts;
 use crate::server::{ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
-use crate::webhooks::{FailurePolicy, Registration, WebhookTarget};
+use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// `statusguard`'s arguments.
@@ -106,6 +108,35 @@ pub struct ServeArgs {
     /// How the server registers itself.
     #[command(flatten)]
     pub webhooks: WebhookArgs,
+    /// Certificates the server keeps itself.
+    #[command(flatten)]
+    pub managed_certs: ManagedCertArgs,
+}
+
+/// Certificates the server keeps itself, in a Secret its replicas share.
+#[derive(Debug, Args)]
+pub struct ManagedCertArgs {
+    /// NAMESPACE/NAME of a Secret in which the server keeps a CA and its
+    /// serving certificate, renewed and rotated (instead of --tls-cert).
+    #[arg(long, env = "STATUSGUARD_MANAGE_CERTIFICATES", conflicts_with_all = ["tls_cert", "write_ca"])]
+    pub manage_certificates: Option<ConfigMapRef>,
+    /// More names (DNS or IP) for the serving certificate, besides those of --webhook-target.
+    #[arg(long = "cert-name", env = "STATUSGUARD_CERT_NAMES", value_delimiter = ',')]
+    pub cert_names: Vec<String>,
+    /// How long a serving certificate is valid (renewed in its last third).
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration, env = "STATUSGUARD_CERT_VALIDITY")]
+    pub cert_validity: Duration,
+    /// How long the CA is valid (rotated in its last third).
+    #[arg(long, default_value = "3650d", value_parser = humantime::parse_duration, env = "STATUSGUARD_CA_VALIDITY")]
+    pub ca_validity: Duration,
+    /// How long a new CA is trusted before it signs what is served, and the
+    /// old one after: longer than the check interval and the time the API
+    /// server takes to see a new caBundle.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "STATUSGUARD_CERT_OVERLAP")]
+    pub cert_overlap: Duration,
+    /// How often the Secret is read again.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration, env = "STATUSGUARD_CERT_CHECK_INTERVAL")]
+    pub cert_check_interval: Duration,
 }
 
 /// Server-managed webhook configurations.
@@ -223,6 +254,7 @@ pub struct GenCertsArgs {
 impl ServeArgs {
     /// The server's configuration from the arguments.
     pub fn into_config(self) -> ServeConfig {
+        let managed_certs = self.managed_certs.managed(self.webhooks.webhook_target.as_ref());
         let rules = match (self.ownership, self.configmap) {
             (Some(path), _) => RulesSource::File(path),
             (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
@@ -244,18 +276,46 @@ impl ServeArgs {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            registration: self.webhooks.registration(),
+            managed_certs: managed_certs.clone(),
+            registration: self.webhooks.registration(managed_certs.is_some()),
         }
     }
 }
 
+impl ManagedCertArgs {
+    /// The managed certificates the flags ask for, if any; their names are
+    /// the webhook target's and --cert-name.
+    pub fn managed(&self, target: Option<&WebhookTarget>) -> Option<ManagedCerts> {
+        let secret = self.manage_certificates.clone()?;
+        let mut names = target.map(|t| names_for(t, &[])).unwrap_or_default();
+        names.extend(self.cert_names.iter().filter(|n| !n.is_empty()).cloned());
+        Some(ManagedCerts {
+            secret,
+            policy: CertPolicy {
+                names,
+                leaf_validity: self.cert_validity,
+                ca_validity: self.ca_validity,
+                overlap: self.cert_overlap,
+            },
+            check_interval: self.cert_check_interval,
+        })
+    }
+}
+
 impl WebhookArgs {
-    /// The registration the flags ask for, if any.
-    pub fn registration(self) -> Option<Registration> {
+    /// The registration the flags ask for, if any. Without
+    /// --webhook-ca-file, the caBundle is that of the certificates the
+    /// server keeps itself, if it does (`managed`).
+    pub fn registration(self, managed: bool) -> Option<Registration> {
+        let ca = match (self.webhook_ca_file, managed) {
+            (Some(path), _) => CaSource::File(path),
+            (None, true) => CaSource::Managed,
+            (None, false) => CaSource::None,
+        };
         Some(Registration {
             name: self.register_webhooks?,
             target: self.webhook_target?,
-            ca_file: self.webhook_ca_file,
+            ca,
             failure_policy: self.webhook_failure_policy,
             timeout_seconds: self.webhook_timeout_seconds,
             namespace_selector: self.webhook_namespace_selector,

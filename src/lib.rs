@@ -34,7 +34,8 @@
 //! - [`decision`]: the pure admission decision (deny, trim, or report), [`decision::decide`].
 //! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
-//! - with the `server` feature: [`server`] (the webhook), [`webhooks`] (the webhook
+//! - with the `server` feature: [`server`] (the webhook), [`certs`] (the CA it keeps for
+//!   itself), [`webhooks`] (the webhook
 //!   configurations it keeps in step with the rules), [`tls`], [`metrics`], [`cli`]; these
 //!   serve the binary and may change with it.
 #![forbid(unsafe_code)]
@@ -51,6 +52,8 @@ pub mod rules;
 #[cfg(feature = "client")]
 pub mod flush;
 
+#[cfg(feature = "server")]
+pub mod certs;
 #[cfg(feature = "server")]
 pub mod cli;
 #[cfg(feature = "server")]

@@ -55,6 +55,7 @@ pub struct Metrics {
     webhooks_registered: Gauge,
     webhooks_generation: Gauge,
     webhook_syncs: Family<ResultLabels, Counter>,
+    serving_certificate_expiry: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -130,6 +131,12 @@ impl Default for Metrics {
             "Webhook configuration syncs, by result (applied, error, waiting: no valid rules yet, stood_down)",
             webhook_syncs.clone(),
         );
+        let serving_certificate_expiry = Gauge::default();
+        registry.register(
+            "serving_certificate_expiry_timestamp_seconds",
+            "When the serving certificate the server keeps itself stops being valid (Unix time; 0: not kept by the server)",
+            serving_certificate_expiry.clone(),
+        );
         // Counters that exist at 0 from the start, so that rate() and alerts
         // see the first increment.
         for result in ["success", "error"] {
@@ -150,6 +157,7 @@ impl Default for Metrics {
             webhooks_registered,
             webhooks_generation,
             webhook_syncs,
+            serving_certificate_expiry,
         }
     }
 }
@@ -238,6 +246,11 @@ impl Metrics {
                 self.webhooks_registered.set(0);
             }
         }
+    }
+
+    /// The serving certificate the server keeps itself ends at `not_after`.
+    pub fn serving_certificate_expiry(&self, not_after: Option<i64>) {
+        self.serving_certificate_expiry.set(not_after.unwrap_or_default());
     }
 
     /// The Prometheus text exposition.

@@ -130,6 +130,18 @@ impl fmt::Display for FailurePolicy {
     }
 }
 
+/// Where the `caBundle` of the configurations comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// No `caBundle`: the API server's own trust store verifies a URL target.
+    None,
+    /// A PEM file of the CA(s) that verify the serving certificate, read at
+    /// every sync so that a rotated CA reaches the `caBundle`.
+    File(PathBuf),
+    /// The bundle of the certificates the server keeps itself.
+    Managed,
+}
+
 /// How the server registers itself.
 #[derive(Debug, Clone)]
 pub struct Registration {
@@ -137,10 +149,8 @@ pub struct Registration {
     pub name: String,
     /// Where the API server sends reviews.
     pub target: WebhookTarget,
-    /// A PEM file of the CA(s) that verify the serving certificate, read at
-    /// every sync so that a rotated CA reaches the `caBundle`. `None`: no
-    /// `caBundle` (the API server's own trust store verifies a URL target).
-    pub ca_file: Option<PathBuf>,
+    /// Where the `caBundle` comes from.
+    pub ca: CaSource,
     /// The enforcing webhooks' `failurePolicy`.
     pub failure_policy: FailurePolicy,
     /// The API server waits this long for an answer.
@@ -164,6 +174,9 @@ pub enum RegistrationError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The server keeps its certificates, and has none yet.
+    #[error("the server's own certificates are not loaded yet")]
+    NoManagedBundle,
     /// The API server refused a write.
     #[error("cannot write {kind} {name}: {source}")]
     Write {
@@ -300,17 +313,21 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
 }
 
 impl Registration {
-    /// The CA bundle to write into the configurations, read now.
-    pub fn ca_bundle(&self) -> Result<Option<Vec<u8>>, RegistrationError> {
-        self.ca_file
-            .as_ref()
-            .map(|path| {
-                std::fs::read(path).map_err(|source| RegistrationError::CaFile {
+    /// The CA bundle to write into the configurations, read now; `managed`
+    /// is the bundle of the certificates the server keeps itself.
+    pub fn ca_bundle(&self, managed: Option<&[u8]>) -> Result<Option<Vec<u8>>, RegistrationError> {
+        match &self.ca {
+            CaSource::None => Ok(None),
+            CaSource::File(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|source| RegistrationError::CaFile {
                     path: path.clone(),
                     source,
-                })
-            })
-            .transpose()
+                }),
+            CaSource::Managed => managed
+                .map(|bundle| Some(bundle.to_vec()))
+                .ok_or(RegistrationError::NoManagedBundle),
+        }
     }
 }
 

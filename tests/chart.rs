@@ -65,7 +65,12 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
     let never = |extra: &[&'static str]| extra.to_vec();
     vec![
         ("defaults", String::new(), with(&["Secret"]), never(&[])),
-        ("helm certificates", ownership(), with(&["Secret"]), never(&["Issuer"])),
+        (
+            "helm certificates",
+            format!("{}certificates: {{mode: helm}}\n", ownership()),
+            with(&["Secret"]),
+            never(&["Issuer"]),
+        ),
         (
             "cert-manager",
             format!("{}certificates: {{mode: certManager}}\n", ownership()),
@@ -155,7 +160,8 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         "--configmap=statusguard-system/sg-statusguard-ownership",
         "--register-webhooks=sg-statusguard",
         "--webhook-target=statusguard-system/sg-statusguard:443",
-        "--webhook-ca-file=/etc/statusguard/tls/ca.crt",
+        "--manage-certificates=statusguard-system/sg-statusguard-tls",
+        "--cert-validity=90d",
         "--webhook-failure-policy=fail",
         "--webhook-timeout-seconds=5",
     ] {
@@ -207,6 +213,18 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     );
     let role = find("Role");
     assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));
+    assert_eq!(
+        role["rules"][1],
+        json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["sg-statusguard-tls"], "verbs": ["get", "update"]})
+    );
+    // The server's certificates: an empty Secret, no key material in the manifests.
+    let secret = find("Secret");
+    assert!(secret.get("data").is_none(), "{secret}");
+    let default_args = container_args(&template(&ownership()).unwrap(), "Deployment");
+    assert!(
+        !default_args.iter().any(|a| a.starts_with("--tls-cert")),
+        "{default_args:?}"
+    );
     let configmap = find("ConfigMap");
     assert_eq!(
         configmap["metadata"]["annotations"]["statusguard.dev/registration"],
@@ -236,7 +254,113 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         pod["containers"][0]["securityContext"]["capabilities"]["drop"],
         json!(["ALL"])
     );
-    assert!(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/certificate"].is_string());
+    // The server reloads its own certificates: nothing rolls the pods for them.
+    assert!(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/certificate"].is_null());
+}
+
+/// GitOps renders the chart on every sync: the same values must give the
+/// same manifests, or each sync would swap trust and roll the pods.
+#[test]
+fn the_same_values_render_the_same_manifests() {
+    for values in [String::new(), ownership()] {
+        assert_eq!(template(&values).unwrap(), template(&values).unwrap());
+    }
+}
+
+/// helm mode puts the host of webhook.url in the certificate it generates.
+#[test]
+fn helm_mode_certificates_name_the_webhook_url_host() {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    for (url, name) in [
+        ("https://10.0.0.5:9443", "10.0.0.5"),
+        ("https://hook.example.com", "hook.example.com"),
+    ] {
+        let values = format!("certificates: {{mode: helm}}\nwebhook: {{url: \"{url}\"}}\n");
+        let docs = documents(&template(&values).unwrap());
+        let secret = docs.iter().find(|d| d["kind"] == "Secret").unwrap();
+        use base64::Engine as _;
+        let decode = |key: &str| {
+            base64::engine::general_purpose::STANDARD
+                .decode(secret["data"][key].as_str().unwrap())
+                .unwrap()
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(&decode("ca.crt")).unwrap())
+            .unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            statusguard::tls::crypto_provider(),
+        )
+        .build()
+        .unwrap();
+        let leaf = CertificateDer::from_pem_slice(&decode("tls.crt")).unwrap();
+        let server_name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+        use rustls::client::danger::ServerCertVerifier as _;
+        verifier
+            .verify_server_cert(&leaf, &[], &server_name, &[], rustls::pki_types::UnixTime::now())
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+/// cert-manager mode: a CA of the release's own signs the serving
+/// certificate (so renewals keep the trusted CA), or an issuer of the user's.
+#[test]
+fn cert_manager_mode_issues_from_a_ca() {
+    let certificates = |values: &str| {
+        documents(&template(values).unwrap())
+            .into_iter()
+            .filter(|d| d["kind"] == "Certificate" || d["kind"] == "Issuer")
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap().to_owned(),
+                    d["metadata"]["name"].as_str().unwrap().to_owned(),
+                    d["spec"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let own = certificates("certificates: {mode: certManager}\n");
+    let ca = own
+        .iter()
+        .find(|(k, n, _)| k == "Certificate" && n == "sg-statusguard-ca")
+        .unwrap();
+    assert_eq!(ca.2["isCA"], true);
+    let leaf = own
+        .iter()
+        .find(|(k, n, _)| k == "Certificate" && n == "sg-statusguard")
+        .unwrap();
+    assert_eq!(
+        leaf.2["issuerRef"],
+        json!({"kind": "Issuer", "name": "sg-statusguard-ca"})
+    );
+    assert!(own.iter().any(|(k, n, spec)| k == "Issuer"
+        && n == "sg-statusguard-ca"
+        && spec["ca"]["secretName"] == "sg-statusguard-ca"));
+    let theirs = certificates(
+        "certificates: {mode: certManager, certManager: {issuerRef: {kind: ClusterIssuer, name: corp-ca}}}\n",
+    );
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(
+        theirs[0].2["issuerRef"],
+        json!({"kind": "ClusterIssuer", "name": "corp-ca"})
+    );
+    // existingSecret: the CA as PEM or as base64 of PEM, alike.
+    let pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
+    use base64::Engine as _;
+    for ca_bundle in [pem.to_owned(), base64::engine::general_purpose::STANDARD.encode(pem)] {
+        let values = format!(
+            "certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: {}}}\n",
+            json!(ca_bundle)
+        );
+        let docs = documents(&template(&values).unwrap());
+        let ca = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "sg-statusguard-ca")
+            .unwrap();
+        assert_eq!(ca["data"]["ca.crt"].as_str().unwrap().trim(), pem);
+    }
 }
 
 #[test]
@@ -405,11 +529,6 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     // Run the server as the chart's pod would: its arguments, its
     // ServiceAccount (with only the chart's RBAC), its Secret's files.
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), RELEASE_NAMESPACE);
-    let secret = secrets.get("sg-statusguard-tls").await.unwrap();
-    let data = secret.data.unwrap();
-    for key in ["ca.crt", "tls.crt", "tls.key"] {
-        std::fs::write(home.path().join(key), &data[key].0).unwrap();
-    }
     let kubeconfig = cluster
         .service_account_kubeconfig(RELEASE_NAMESPACE, "sg-statusguard")
         .await;
@@ -423,6 +542,9 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = BinaryServer::start_on(port, home.path(), &args, &[("KUBECONFIG", &kubeconfig)]).await;
     server.wait_ready().await;
+    // The server keeps its certificates in the chart's (empty) Secret.
+    let data = secrets.get("sg-statusguard-tls").await.unwrap().data;
+    assert!(data.as_ref().is_some_and(|d| d.contains_key("tls.crt")), "{data:?}");
     // The server registers itself: helm rendered no webhook configuration.
     s.wait_until_called(&["endpoint=\"validate\""], || server.metrics())
         .await;
@@ -442,8 +564,8 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         );
     std::fs::write(&values_file, values(&moved)).unwrap();
     run_helm(&["upgrade", "sg", &chart, "-n", RELEASE_NAMESPACE, "-f", &values_path]);
-    let kept = secrets.get("sg-statusguard-tls").await.unwrap().data.unwrap();
-    assert_eq!(kept, data, "the generated certificate is kept across upgrades (lookup)");
+    let kept = secrets.get("sg-statusguard-tls").await.unwrap().data;
+    assert_eq!(kept, data, "the server's certificates are kept across upgrades");
     s.wait_until_writable(
         &s.scaler,
         "w",

@@ -19,7 +19,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
@@ -149,11 +149,6 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
         .output()
         .unwrap();
     let manifest = String::from_utf8(manifest.stdout).unwrap();
-    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), NAMESPACE);
-    let data = secrets.get("reg-statusguard-tls").await.unwrap().data.unwrap();
-    for key in ["ca.crt", "tls.crt", "tls.key"] {
-        std::fs::write(home.path().join(key), &data[key].0).unwrap();
-    }
     let kubeconfig = s.cluster.service_account_kubeconfig(NAMESPACE, NAME).await;
     let args = on_this_machine(&container_args(&manifest, "Deployment"), home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -206,6 +206,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         request_timeout: Duration::from_secs(1),
         shutdown_timeout: Duration::from_secs(1),
         registration: None,
+        managed_certs: None,
     };
     let server = statusguard::server::Server::bind(config.clone()).await.unwrap();
     assert_eq!(

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
@@ -25,6 +26,8 @@ pub struct App {
     /// The ownership ConfigMap says `statusguard.dev/registration: disabled`.
     registration_disabled: AtomicBool,
     registration_changed: Notify,
+    /// The CA bundle of the certificates the server keeps itself, if it does.
+    trust_bundle: ArcSwapOption<Vec<u8>>,
 }
 
 impl App {
@@ -38,6 +41,7 @@ impl App {
             shutting_down: AtomicBool::new(false),
             registration_disabled: AtomicBool::new(false),
             registration_changed: Notify::new(),
+            trust_bundle: ArcSwapOption::empty(),
         })
     }
 
@@ -67,7 +71,21 @@ impl App {
         }
     }
 
-    /// Resolves after the next change of [`registration_enabled`](Self::registration_enabled).
+    /// The CA bundle of the certificates the server keeps itself.
+    pub fn trust_bundle(&self) -> Option<Arc<Vec<u8>>> {
+        self.trust_bundle.load_full()
+    }
+
+    /// Publishes a new CA bundle; the webhook registration follows at once.
+    pub fn set_trust_bundle(&self, bundle: Vec<u8>) {
+        if self.trust_bundle.load().as_deref() != Some(&bundle) {
+            self.trust_bundle.store(Some(Arc::new(bundle)));
+            self.registration_changed.notify_one();
+        }
+    }
+
+    /// Resolves after the next change of [`registration_enabled`](Self::registration_enabled)
+    /// or of the [`trust_bundle`](Self::trust_bundle).
     pub async fn registration_changed(&self) {
         self.registration_changed.notified().await
     }

@@ -10,6 +10,7 @@ pub mod accept;
 pub mod admin;
 pub mod admission;
 pub mod app;
+pub mod ca;
 pub mod register;
 pub mod watch;
 
@@ -56,6 +57,8 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Keep these webhook configurations in step with the rules in force.
     pub registration: Option<Registration>,
+    /// Keep a CA and serving certificate in this Secret (instead of `tls_files`).
+    pub managed_certs: Option<ca::ManagedCerts>,
 }
 
 /// Why the server could not start.
@@ -84,6 +87,12 @@ pub enum ServerError {
     /// A local rules source is broken: the server does not start on it.
     #[error(transparent)]
     Rules(#[from] LoadError),
+    /// --manage-certificates with no name to put in the certificate.
+    #[error("--manage-certificates needs --webhook-target or --cert-name: the certificate must name the server")]
+    NoCertificateNames,
+    /// The managed certificates do not load.
+    #[error("the managed certificates do not load: {0}")]
+    ManagedCerts(String),
     /// Cluster mode without a reachable cluster configuration.
     #[error(
         "cannot reach the Kubernetes API for --configmap or --register-webhooks (in-cluster config, or KUBECONFIG): {0}"
@@ -114,6 +123,7 @@ pub struct Server {
     cert_reload: Option<CertReload>,
     configmap_watch: Option<ConfigMapWatch>,
     registration: Option<(kube::Client, Registration)>,
+    managed_certs: Option<(kube::Client, ca::ManagedCerts, Arc<SwappableCert>, crate::certs::Stored)>,
 }
 
 impl Server {
@@ -125,16 +135,19 @@ impl Server {
             config.request_timeout,
         );
 
-        let client = match (&config.rules, &config.registration) {
-            (RulesSource::ConfigMap(_), _) | (_, Some(_)) => Some(kube::Client::try_default().await?),
-            _ => None,
+        let needs_client = matches!(config.rules, RulesSource::ConfigMap(_))
+            || config.registration.is_some()
+            || config.managed_certs.is_some();
+        let client = match needs_client {
+            true => Some(kube::Client::try_default().await?),
+            false => None,
         };
         let registration = config
             .registration
             .clone()
             .zip(client.clone())
             .map(|(registration, client)| (client, registration));
-        let configmap_watch = match (&config.rules, client) {
+        let configmap_watch = match (&config.rules, client.clone()) {
             (RulesSource::ConfigMap(configmap), Some(client)) => {
                 // Not ready until the watch delivers a first valid document.
                 app.rules.waiting(format!(
@@ -153,8 +166,28 @@ impl Server {
             }
         };
 
-        let (resolver, cert_reload) = match &config.tls_files {
-            Some(files) => {
+        let mut managed_certs = None;
+        let (resolver, cert_reload) = match (&config.tls_files, config.managed_certs.clone().zip(client.clone())) {
+            (_, Some((managed, client))) => {
+                if managed.policy.names.is_empty() {
+                    return Err(ServerError::NoCertificateNames);
+                }
+                tracing::info!(secret = %managed.secret, names = ?managed.policy.names, "keeping the serving certificates in a Secret");
+                let stored = ca::first(&client, &managed).await;
+                let key = tls::certified_key(&PemFiles {
+                    cert: stored.tls_cert.clone().into_bytes(),
+                    key: stored.tls_key.clone().into_bytes(),
+                    origin: CertFiles {
+                        cert: "the managed Secret's tls.crt".into(),
+                        key: "the managed Secret's tls.key".into(),
+                    },
+                })?;
+                let target = SwappableCert::new(key);
+                ca::load(&stored, &target, &app).map_err(|e| ServerError::ManagedCerts(e.to_string()))?;
+                managed_certs = Some((client, managed, target.clone(), stored));
+                (target, None)
+            }
+            (Some(files), None) => {
                 let (key, loaded) = files.load()?;
                 let target = SwappableCert::new(key);
                 tracing::info!(cert = %files.cert.display(), key = %files.key.display(), "serving TLS from files, reloaded when they change");
@@ -165,7 +198,7 @@ impl Server {
                 };
                 (target, Some(reload))
             }
-            None => {
+            (None, None) => {
                 let generated = tls::generate_certificates(&config.tls_sans)?;
                 let key = tls::certified_key(&PemFiles::generated(&generated))?;
                 if let Some(path) = &config.write_ca {
@@ -197,6 +230,7 @@ impl Server {
             cert_reload,
             configmap_watch,
             registration,
+            managed_certs,
         })
     }
 
@@ -228,6 +262,7 @@ impl Server {
             cert_reload,
             configmap_watch,
             registration,
+            managed_certs,
         } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
@@ -241,6 +276,9 @@ impl Server {
         }
         if let Some(ConfigMapWatch { client, configmap }) = configmap_watch {
             background.spawn(watch::watch_configmap(client, configmap, app.clone()));
+        }
+        if let Some((client, managed, target, stored)) = managed_certs {
+            background.spawn(ca::keep(client, managed, target, app.clone(), stored));
         }
         if let Some((client, registration)) = registration {
             background.spawn(register::keep_registered(client, registration, app.clone()));

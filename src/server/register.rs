@@ -90,7 +90,8 @@ async fn sync(
         }
         return Reported::Waiting;
     };
-    let ca_bundle = match registration.ca_bundle() {
+    let managed = app.trust_bundle();
+    let ca_bundle = match registration.ca_bundle(managed.as_deref().map(Vec::as_slice)) {
         Ok(bundle) => bundle,
         Err(e) => return failed(app, reported, e.to_string()),
     };

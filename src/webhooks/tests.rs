@@ -5,7 +5,7 @@ fn registration() -> Registration {
     Registration {
         name: "statusguard".to_owned(),
         target: "statusguard/statusguard:443".parse().unwrap(),
-        ca_file: None,
+        ca: CaSource::None,
         failure_policy: FailurePolicy::Fail,
         timeout_seconds: 5,
         namespace_selector: None,

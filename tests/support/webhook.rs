@@ -38,6 +38,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         request_timeout: Duration::from_secs(30),
         shutdown_timeout: Duration::from_secs(10),
         registration: None,
+        managed_certs: None,
     }
 }
 
@@ -218,7 +219,10 @@ impl BinaryServer {
             "--admin-listen",
             &format!("127.0.0.1:{admin}"),
         ]);
-        if !args.iter().any(|a| a.starts_with("--tls-cert")) {
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--tls-cert") || a.starts_with("--manage-certificates"))
+        {
             command.arg("--write-ca").arg(dir.join("ca.pem"));
         }
         if !args.iter().any(|a| a.starts_with("--log-format")) {

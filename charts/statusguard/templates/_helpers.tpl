@@ -52,8 +52,20 @@ webhooks' caBundle and the Deployment's checksum agree.
 {{- $service := include "statusguard.fullname" . -}}
 {{- $dns := list $service (printf "%s.%s" $service .Release.Namespace) (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) -}}
 {{- $dns = concat $dns .Values.certificates.extraDNSNames -}}
+{{- $ips := .Values.certificates.extraIPs -}}
+{{- with .Values.webhook.url -}}
+{{- /* The host the API server dials must be in the certificate. */ -}}
+{{- $hostport := (urlParse .).host -}}
+{{- $host := splitList ":" $hostport | first -}}
+{{- if hasPrefix "[" $hostport -}}{{- $host = $hostport | trimPrefix "[" | splitList "]" | first -}}{{- end -}}
+{{- if regexMatch "^[0-9.]+$|:" $host -}}
+{{- $ips = append $ips $host | uniq -}}
+{{- else -}}
+{{- $dns = append $dns $host | uniq -}}
+{{- end -}}
+{{- end -}}
 {{- $ca := genCA (printf "%s-ca" $service) (int .Values.certificates.validityDays) -}}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $service .Release.Namespace) .Values.certificates.extraIPs $dns (int .Values.certificates.validityDays) $ca -}}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $service .Release.Namespace) $ips $dns (int .Values.certificates.validityDays) $ca -}}
 {{- $certs = dict "ca" $ca.Cert "crt" $cert.Cert "key" $cert.Key -}}
 {{- end -}}
 {{- $_ := set .Values "__statusguardCertificates" $certs -}}
@@ -68,7 +80,8 @@ webhooks' caBundle and the Deployment's checksum agree.
 
 {{/* Where the server finds the CA bundle it writes into its webhook configurations. */}}
 {{- define "statusguard.caFile" -}}
-{{- if eq .Values.certificates.mode "existingSecret" -}}
+{{- if eq .Values.certificates.mode "server" -}}
+{{- else if eq .Values.certificates.mode "existingSecret" -}}
 /etc/statusguard/ca/ca.crt
 {{- else -}}
 /etc/statusguard/tls/ca.crt
