@@ -11,7 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
-use support::chart::{chart, container_args, documents, helm, on_this_machine, template_as};
+use support::chart::{Release, chart, container_args, documents, helm, template_as};
 use support::cluster::{self, Cluster};
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, eventually, free_port};
@@ -498,33 +498,8 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
             "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port}\ncertificates:\n  extraIPs: [127.0.0.1]\n"
         )
     };
-    let values_file = home.path().join("values.yaml");
-    std::fs::write(&values_file, values(example)).unwrap();
-    let run_helm = |args: &[&str]| {
-        let output = helm(home.path())
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "helm {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
-    let chart = chart().display().to_string();
-    let values_path = values_file.display().to_string();
-    run_helm(&[
-        "install",
-        "sg",
-        &chart,
-        "-n",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "-f",
-        &values_path,
-    ]);
+    let release = Release::new(home.path(), "sg", RELEASE_NAMESPACE, &cluster.kubeconfig);
+    release.install(&values(example));
 
     // Run the server as the chart's pod would: its arguments, its
     // ServiceAccount (with only the chart's RBAC), its Secret's files.
@@ -532,13 +507,7 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     let kubeconfig = cluster
         .service_account_kubeconfig(RELEASE_NAMESPACE, "sg-statusguard")
         .await;
-    let manifest = helm(home.path())
-        .args(["get", "manifest", "sg", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .output()
-        .unwrap();
-    let manifest = String::from_utf8(manifest.stdout).unwrap();
-    let args = on_this_machine(&container_args(&manifest, "Deployment"), home.path());
+    let args = release.server_args(home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = BinaryServer::start_on(port, home.path(), &args, &[("KUBECONFIG", &kubeconfig)]).await;
     server.wait_ready().await;
@@ -562,8 +531,7 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
             "fields: [replicas, scale.lastScaleTime]",
             "fields: [replicas, observedGeneration]",
         );
-    std::fs::write(&values_file, values(&moved)).unwrap();
-    run_helm(&["upgrade", "sg", &chart, "-n", RELEASE_NAMESPACE, "-f", &values_path]);
+    release.upgrade(&values(&moved));
     let kept = secrets.get("sg-statusguard-tls").await.unwrap().data;
     assert_eq!(kept, data, "the server's certificates are kept across upgrades");
     s.wait_until_writable(
@@ -584,28 +552,12 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     // while the server still runs, and stands it down. There is no kubelet
     // here to run the hook's Job, so the test runs its container's command
     // as the chart's ServiceAccount, then uninstalls without hooks.
-    let hooks = helm(home.path())
-        .args(["get", "hooks", "sg", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .output()
-        .unwrap();
-    let hook_args = container_args(&String::from_utf8(hooks.stdout).unwrap(), "Job");
-    let unregister = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"))
-        .args(&hook_args)
-        .env("KUBECONFIG", &kubeconfig)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&unregister.stdout);
-    assert!(
-        unregister.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&unregister.stderr)
-    );
+    let said = release.run_pre_delete_hook(&kubeconfig);
     assert!(
         said.contains("deleted ValidatingWebhookConfiguration sg-statusguard"),
         "{said}"
     );
-    run_helm(&["uninstall", "sg", "-n", RELEASE_NAMESPACE, "--no-hooks"]);
+    release.helm(&["uninstall", "sg", "-n", RELEASE_NAMESPACE, "--no-hooks"]);
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
     assert!(validating.get_opt("sg-statusguard").await.unwrap().is_none());

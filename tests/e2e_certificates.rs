@@ -19,7 +19,7 @@ use kube::api::Api;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
-use support::chart::{chart, container_args, helm, on_this_machine};
+use support::chart::Release;
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, free_port, metric, tls_connector};
 
@@ -57,30 +57,9 @@ async fn renewals_and_ca_rotations_under_load_fail_no_webhook_call() {
     let values = format!(
         "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\ncertificates:\n  server: {{validity: 9s, caValidity: 24s, overlap: 3s, checkInterval: 300ms}}\n"
     );
-    std::fs::write(home.path().join("values.yaml"), values).unwrap();
-    let installed = helm(home.path())
-        .args(["install", RELEASE])
-        .arg(chart())
-        .args(["-n", NAMESPACE, "--create-namespace", "-f"])
-        .arg(home.path().join("values.yaml"))
-        .arg("--kubeconfig")
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
-    );
-    let manifest = helm(home.path())
-        .args(["get", "manifest", RELEASE, "-n", NAMESPACE, "--kubeconfig"])
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .unwrap();
-    let args = on_this_machine(
-        &container_args(&String::from_utf8(manifest.stdout).unwrap(), "Deployment"),
-        home.path(),
-    );
+    let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
+    release.install(&values);
+    let args = release.server_args(home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let kubeconfig = s
         .cluster

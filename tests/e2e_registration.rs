@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
-use support::chart::{chart, container_args, helm, on_this_machine};
+use support::chart::Release;
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, eventually, free_port, metric};
 
@@ -128,29 +128,10 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let values = format!(
         "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port}\ncertificates:\n  extraIPs: [127.0.0.1]\n"
     );
-    std::fs::write(home.path().join("values.yaml"), values).unwrap();
-    let helm_output = helm(home.path())
-        .args(["install", RELEASE])
-        .arg(chart())
-        .args(["-n", NAMESPACE, "--create-namespace", "-f"])
-        .arg(home.path().join("values.yaml"))
-        .arg("--kubeconfig")
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        helm_output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&helm_output.stderr)
-    );
-    let manifest = helm(home.path())
-        .args(["get", "manifest", RELEASE, "-n", NAMESPACE, "--kubeconfig"])
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .unwrap();
-    let manifest = String::from_utf8(manifest.stdout).unwrap();
+    let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
+    release.install(&values);
     let kubeconfig = s.cluster.service_account_kubeconfig(NAMESPACE, NAME).await;
-    let args = on_this_machine(&container_args(&manifest, "Deployment"), home.path());
+    let args = release.server_args(home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = [("KUBECONFIG", kubeconfig.as_path())];
     let start = || BinaryServer::start_on(port, home.path(), &args, &env);
@@ -263,22 +244,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
         write_observed_generation(&s, &s.scaler, "w").await == 409
     })
     .await;
-    let hooks = helm(home.path())
-        .args(["get", "hooks", RELEASE, "-n", NAMESPACE, "--kubeconfig"])
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .unwrap();
-    let hook_args = container_args(&String::from_utf8(hooks.stdout).unwrap(), "Job");
-    let unregister = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"))
-        .args(&hook_args)
-        .env("KUBECONFIG", &kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        unregister.status.success(),
-        "{}",
-        String::from_utf8_lossy(&unregister.stderr)
-    );
+    release.run_pre_delete_hook(&kubeconfig);
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
     // Longer than the server's 2 s wake-up: it stood down, it re-applies nothing.

@@ -79,3 +79,96 @@ pub fn on_this_machine(args: &[String], dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// A release of the chart installed in the test cluster, driven with helm
+/// as a user would.
+pub struct Release {
+    pub name: String,
+    pub namespace: String,
+    home: std::path::PathBuf,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Release {
+    /// helm's home is `home`; `kubeconfig` is the cluster admin's.
+    pub fn new(home: &Path, name: &str, namespace: &str, kubeconfig: &Path) -> Self {
+        Self {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            home: home.to_owned(),
+            kubeconfig: kubeconfig.to_owned(),
+        }
+    }
+
+    /// Runs `helm ARGS --kubeconfig ...`, asserts it succeeded, returns its output.
+    pub fn helm(&self, args: &[&str]) -> String {
+        let output = helm(&self.home)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Writes `values` to the file `install` and `upgrade` read.
+    pub fn values(&self, values: &str) -> String {
+        let file = self.home.join("values.yaml");
+        std::fs::write(&file, values).unwrap();
+        file.display().to_string()
+    }
+
+    /// `helm install` (creating the namespace) with `values`.
+    pub fn install(&self, values: &str) {
+        let file = self.values(values);
+        let chart = chart().display().to_string();
+        self.helm(&[
+            "install",
+            &self.name,
+            &chart,
+            "-n",
+            &self.namespace,
+            "--create-namespace",
+            "-f",
+            &file,
+        ]);
+    }
+
+    /// `helm upgrade` with `values`.
+    pub fn upgrade(&self, values: &str) {
+        let file = self.values(values);
+        let chart = chart().display().to_string();
+        self.helm(&["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file]);
+    }
+
+    /// The installed Deployment's container arguments, on this machine
+    /// ([`on_this_machine`], with the mounted files read from `dir`).
+    pub fn server_args(&self, dir: &Path) -> Vec<String> {
+        let manifest = self.helm(&["get", "manifest", &self.name, "-n", &self.namespace]);
+        on_this_machine(&container_args(&manifest, "Deployment"), dir)
+    }
+
+    /// Runs the pre-delete hook's command as its Job's pod would (there is
+    /// no kubelet here), with `kubeconfig` (the chart's ServiceAccount);
+    /// asserts it succeeded and returns what it printed.
+    pub fn run_pre_delete_hook(&self, kubeconfig: &Path) -> String {
+        let hooks = self.helm(&["get", "hooks", &self.name, "-n", &self.namespace]);
+        let output = Command::new(env!("CARGO_BIN_EXE_statusguard"))
+            .args(container_args(&hooks, "Job"))
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        said
+    }
+}
