@@ -338,6 +338,13 @@ fn cert_manager_mode_issues_from_a_ca() {
     assert!(own.iter().any(|(k, n, spec)| k == "Issuer"
         && n == "sg-statusguard-ca"
         && spec["ca"]["secretName"] == "sg-statusguard-ca"));
+    // webhook.url's host is in the serving certificate.
+    let with_url = certificates("certificates: {mode: certManager}\nwebhook: {url: \"https://10.0.0.5:9443\"}\n");
+    let leaf = with_url
+        .iter()
+        .find(|(k, n, _)| k == "Certificate" && n == "sg-statusguard")
+        .unwrap();
+    assert_eq!(leaf.2["ipAddresses"], json!(["10.0.0.5"]));
     let theirs = certificates(
         "certificates: {mode: certManager, certManager: {issuerRef: {kind: ClusterIssuer, name: corp-ca}}}\n",
     );

@@ -53,15 +53,11 @@ webhooks' caBundle and the Deployment's checksum agree.
 {{- $dns := list $service (printf "%s.%s" $service .Release.Namespace) (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) -}}
 {{- $dns = concat $dns .Values.certificates.extraDNSNames -}}
 {{- $ips := .Values.certificates.extraIPs -}}
-{{- with .Values.webhook.url -}}
-{{- /* The host the API server dials must be in the certificate. */ -}}
-{{- $hostport := (urlParse .).host -}}
-{{- $host := splitList ":" $hostport | first -}}
-{{- if hasPrefix "[" $hostport -}}{{- $host = $hostport | trimPrefix "[" | splitList "]" | first -}}{{- end -}}
-{{- if regexMatch "^[0-9.]+$|:" $host -}}
-{{- $ips = append $ips $host | uniq -}}
+{{- with include "statusguard.urlHost" . -}}
+{{- if regexMatch "^[0-9.]+$|:" . -}}
+{{- $ips = append $ips . | uniq -}}
 {{- else -}}
-{{- $dns = append $dns $host | uniq -}}
+{{- $dns = append $dns . | uniq -}}
 {{- end -}}
 {{- end -}}
 {{- $ca := genCA (printf "%s-ca" $service) (int .Values.certificates.validityDays) -}}
@@ -71,6 +67,18 @@ webhooks' caBundle and the Deployment's checksum agree.
 {{- $_ := set .Values "__statusguardCertificates" $certs -}}
 {{- end -}}
 {{- get .Values "__statusguardCertificates" | toJson -}}
+{{- end -}}
+
+{{/* The host of webhook.url (empty without one): the host the API server dials must be in every generated certificate. */}}
+{{- define "statusguard.urlHost" -}}
+{{- with .Values.webhook.url -}}
+{{- $hostport := (urlParse .).host -}}
+{{- if hasPrefix "[" $hostport -}}
+{{- $hostport | trimPrefix "[" | splitList "]" | first -}}
+{{- else -}}
+{{- splitList ":" $hostport | first -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The name of the webhook configurations the server keeps in step with the ownership document. */}}
