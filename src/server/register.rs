@@ -27,7 +27,7 @@ struct Applied {
     ca_bundle: Option<Vec<u8>>,
 }
 
-/// What the loop last reported, so that a state is logged once.
+/// What the loop last reported, so that a state is logged (and counted) once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reported {
     Nothing,
@@ -45,18 +45,7 @@ pub async fn keep_registered(client: Client, registration: Registration, app: Ar
     let mut reported = Reported::Nothing;
     tracing::info!(name = %registration.name, target = ?registration.target, "keeping the webhook configurations in step with the rules");
     loop {
-        let now = sync(
-            &client,
-            &registration,
-            &app,
-            &mut applied,
-            &mut applied_at,
-            &mut reported,
-        )
-        .await;
-        if now != reported {
-            reported = now;
-        }
+        reported = sync(&client, &registration, &app, &mut applied, &mut applied_at, &reported).await;
         tokio::select! {
             () = app.rules.replaced() => {},
             () = app.registration_changed() => {},
@@ -71,7 +60,7 @@ async fn sync(
     app: &App,
     applied: &mut Option<Applied>,
     applied_at: &mut Instant,
-    reported: &mut Reported,
+    reported: &Reported,
 ) -> Reported {
     let metrics = &app.metrics;
     if !app.registration_enabled() {
