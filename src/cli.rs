@@ -102,7 +102,11 @@ pub struct ServeArgs {
     /// Time allowed for a request body (the API server waits at most 30 s for a webhook).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "STATUSGUARD_REQUEST_TIMEOUT")]
     pub request_timeout: Duration,
-    /// After SIGTERM, how long in-flight requests may take to finish.
+    /// After SIGTERM, how long readiness is 503 while connections are still
+    /// accepted and served, before the server stops accepting and drains.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, env = "STATUSGUARD_SHUTDOWN_DELAY")]
+    pub shutdown_delay: Duration,
+    /// After SIGTERM (and the delay), how long in-flight requests may take to finish.
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration, env = "STATUSGUARD_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout: Duration,
     /// How the server registers itself.
@@ -275,6 +279,7 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
+            shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
             managed_certs: managed_certs.clone(),
             registration: self.webhooks.registration(managed_certs.is_some()),

@@ -258,6 +258,53 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     assert!(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/certificate"].is_null());
 }
 
+/// Issue 14: a rollout without a window. preStop sleeps before SIGTERM, the
+/// server keeps answering for the shutdown delay, then drains; the grace
+/// period covers all three; a startupProbe guards the slow start.
+#[test]
+fn pods_stop_without_a_window_and_start_under_a_startup_probe() {
+    let manifests = template(&ownership()).unwrap();
+    let args = container_args(&manifests, "Deployment");
+    assert!(args.iter().any(|a| a == "--shutdown-delay=5s"), "{args:?}");
+    assert!(args.iter().any(|a| a == "--shutdown-timeout=25s"), "{args:?}");
+    let docs = documents(&manifests);
+    let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["lifecycle"]["preStop"], json!({"sleep": {"seconds": 5}}));
+    assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 45);
+    let tuned = template(&format!(
+        "{}shutdown: {{preStopSleepSeconds: 0, delay: 10s, drainTimeout: 20s}}\n",
+        ownership()
+    ))
+    .unwrap();
+    let args = container_args(&tuned, "Deployment");
+    assert!(args.iter().any(|a| a == "--shutdown-delay=10s"), "{args:?}");
+    let docs = documents(&tuned);
+    let container =
+        &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]["containers"][0];
+    assert!(container["lifecycle"].is_null(), "no preStop hook with 0 s");
+    let chart_yaml: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap()).unwrap();
+    assert_eq!(chart_yaml["kubeVersion"], ">=1.30.0-0");
+}
+
+/// `networkPolicy.metricsFrom: []` admits nobody to the admin port, as its
+/// comment says; the default admits the namespace's pods.
+#[test]
+fn an_empty_metrics_from_admits_nobody() {
+    let ingress = |values: &str| {
+        let docs = documents(&template(values).unwrap());
+        docs.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap()["spec"]["ingress"].clone()
+    };
+    let nobody = ingress("networkPolicy: {enabled: true, metricsFrom: []}\n");
+    assert_eq!(nobody.as_array().unwrap().len(), 1, "{nobody}");
+    assert_eq!(nobody[0]["ports"], json!([{"port": "webhook"}]));
+    let default = ingress("networkPolicy: {enabled: true}\n");
+    assert_eq!(default[1]["ports"], json!([{"port": "admin"}]));
+    assert_eq!(default[1]["from"], json!([{"podSelector": {}}]));
+}
+
 /// GitOps renders the chart on every sync: the same values must give the
 /// same manifests, or each sync would swap trust and roll the pods.
 #[test]

@@ -205,6 +205,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         header_read_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(1),
         shutdown_timeout: Duration::from_secs(1),
+        shutdown_delay: Duration::ZERO,
         registration: None,
         managed_certs: None,
     };

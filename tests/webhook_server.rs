@@ -431,6 +431,46 @@ async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() 
     assert_eq!(status.code(), Some(0));
 }
 
+/// Issue 14: with a shutdown delay, SIGTERM turns readiness 503 at once
+/// while new connections are still accepted and answered (the endpoints
+/// controller and the API server have not stopped sending yet); after the
+/// delay the server stops accepting and exits 0.
+#[tokio::test]
+async fn a_shutdown_delay_keeps_answering_new_connections_while_readiness_is_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::start(dir.path(), &["--shutdown-delay", "3s"], &[]).await;
+    server.wait_ready().await;
+    let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
+    let url = format!("https://localhost:{}/validate", server.tls);
+    let signalled = std::time::Instant::now();
+    signal(&server.process.0, "TERM");
+    eventually(Duration::from_secs(2), "readiness turns 503 at once", || async {
+        matches!(server.get_admin("/readyz").await, Some((503, _)))
+    })
+    .await;
+    // A new client: a new connection, accepted and answered during the delay.
+    let response = review_response(&https_client(&ca_pem), &url, &stale_review()).await;
+    assert_eq!(response["status"]["code"], 409, "{response}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(3),
+        "answered within the delay"
+    );
+    let mut process = server.process;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = process.0.wait().unwrap();
+        std::mem::forget(process);
+        status
+    })
+    .await
+    .unwrap();
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(3),
+        "exited only after the delay"
+    );
+    assert_eq!(status.code(), Some(0));
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", server.tls)).await.is_err());
+}
+
 #[tokio::test]
 async fn a_second_signal_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();

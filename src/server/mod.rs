@@ -53,6 +53,10 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// Time allowed for a request body.
     pub request_timeout: Duration,
+    /// After the stop signal, how long readiness is 503 while new
+    /// connections are still accepted and served: the time the endpoints
+    /// controller and the API server need to stop sending here.
+    pub shutdown_delay: Duration,
     /// After the stop signal, how long in-flight requests may take.
     pub shutdown_timeout: Duration,
     /// Keep these webhook configurations in step with the rules in force.
@@ -249,9 +253,10 @@ impl Server {
         self.app.clone()
     }
 
-    /// Serves until `shutdown` resolves; then readiness turns 503, no new
-    /// connection is accepted, and in-flight requests finish (up to the
-    /// shutdown timeout) before this returns.
+    /// Serves until `shutdown` resolves; then readiness turns 503 at once,
+    /// new connections are still accepted and served for the shutdown
+    /// delay, then none is accepted, and in-flight requests finish (up to
+    /// the shutdown timeout) before this returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server {
             app,
@@ -293,10 +298,28 @@ impl Server {
         let limits = accept::AcceptLimits {
             header_read_timeout: config.header_read_timeout,
         };
-        let open = accept::serve_tls(tls_listener, acceptor, admission::router(app.clone()), limits, shutdown).await;
+        let delay = config.shutdown_delay;
+        let stop_accepting = {
+            let app = app.clone();
+            async move {
+                shutdown.await;
+                app.start_shutdown();
+                if !delay.is_zero() {
+                    tracing::info!(delay = ?delay, "shutting down: readiness is 503; still serving until the delay is over, so that no caller is turned away");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        };
+        let open = accept::serve_tls(
+            tls_listener,
+            acceptor,
+            admission::router(app.clone()),
+            limits,
+            stop_accepting,
+        )
+        .await;
 
-        app.start_shutdown();
-        tracing::info!("shutting down: readiness is 503, draining in-flight requests");
+        tracing::info!("shutting down: no new connection is accepted, draining in-flight requests");
         if tokio::time::timeout(config.shutdown_timeout, open.shutdown())
             .await
             .is_err()

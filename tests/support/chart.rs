@@ -31,7 +31,9 @@ pub fn template_as(release: &str, namespace: &str, values: &str) -> Result<Strin
     let output = helm(dir.path())
         .args(["template", release])
         .arg(chart())
-        .args(["-n", namespace, "-f"])
+        // The chart's kubeVersion is checked against this (helm template
+        // alone assumes an old default).
+        .args(["-n", namespace, "--kube-version", "1.36.0", "-f"])
         .arg(&file)
         .output()
         .unwrap();

@@ -37,6 +37,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         shutdown_timeout: Duration::from_secs(10),
+        shutdown_delay: Duration::ZERO,
         registration: None,
         managed_certs: None,
     }
