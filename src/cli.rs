@@ -165,6 +165,9 @@ pub struct WebhookArgs {
     /// namespaceSelector of the webhooks, as JSON (a LabelSelector).
     #[arg(long, value_parser = parse_label_selector, env = "STATUSGUARD_WEBHOOK_NAMESPACE_SELECTOR")]
     pub webhook_namespace_selector: Option<LabelSelector>,
+    /// objectSelector of the webhooks, as JSON (a LabelSelector).
+    #[arg(long, value_parser = parse_label_selector, env = "STATUSGUARD_WEBHOOK_OBJECT_SELECTOR")]
+    pub webhook_object_selector: Option<LabelSelector>,
     /// How often the configurations are applied again when nothing changed.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "STATUSGUARD_WEBHOOK_RESYNC")]
     pub webhook_resync: Duration,
@@ -324,6 +327,7 @@ impl WebhookArgs {
             failure_policy: self.webhook_failure_policy,
             timeout_seconds: self.webhook_timeout_seconds,
             namespace_selector: self.webhook_namespace_selector,
+            object_selector: self.webhook_object_selector,
             resync: self.webhook_resync,
         })
     }

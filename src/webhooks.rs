@@ -157,6 +157,8 @@ pub struct Registration {
     pub timeout_seconds: i32,
     /// Which namespaces' objects are sent; `None`: all.
     pub namespace_selector: Option<LabelSelector>,
+    /// Which objects are sent, by their labels; `None`: all.
+    pub object_selector: Option<LabelSelector>,
     /// How often the configurations are applied again even when nothing
     /// changed (repairs a hand edit or deletion).
     pub resync: Duration,
@@ -267,10 +269,10 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
             match_policy: Some("Equivalent".to_owned()),
             match_conditions: Some(conditions.clone()),
             namespace_selector: registration.namespace_selector.clone(),
+            object_selector: registration.object_selector.clone(),
             side_effects: "None".to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             timeout_seconds: Some(registration.timeout_seconds),
-            ..Default::default()
         };
     let mut validating = Vec::new();
     let enforced = of_modes(&[Mode::Enforce, Mode::Trim]);
@@ -292,11 +294,11 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
             match_policy: Some("Equivalent".to_owned()),
             match_conditions: Some(conditions.clone()),
             namespace_selector: registration.namespace_selector.clone(),
+            object_selector: registration.object_selector.clone(),
             reinvocation_policy: Some("IfNeeded".to_owned()),
             side_effects: "None".to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             timeout_seconds: Some(registration.timeout_seconds),
-            ..Default::default()
         })
         .into_iter()
         .collect();

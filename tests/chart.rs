@@ -305,6 +305,68 @@ fn an_empty_metrics_from_admits_nobody() {
     assert_eq!(default[1]["from"], json!([{"podSelector": {}}]));
 }
 
+/// Issue 14's knobs: each renders where it should.
+#[test]
+fn the_platform_knobs_render() {
+    let values = format!(
+        "{}nameOverride: guard\nimage: {{digest: \"sha256:{}\"}}\ntopologySpreadConstraints:\n  - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}}\npodSecurityContext: {{runAsUser: null, runAsGroup: null}}\ncontainerSecurityContext: {{readOnlyRootFilesystem: false}}\nwebhook: {{objectSelector: {{matchLabels: {{guard: \"yes\"}}}}, annotations: {{admissions.enforcer/disabled: \"true\"}}, labels: {{team: platform}}}}\n",
+        ownership(),
+        "a".repeat(64)
+    );
+    let manifests = template(&values).unwrap();
+    let docs = documents(&manifests);
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let deployment = find("Deployment");
+    assert_eq!(deployment["metadata"]["name"], "sg-guard");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["image"],
+        format!("statusguard/statusguard@sha256:{}", "a".repeat(64))
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "topology.kubernetes.io/zone"
+    );
+    // OpenShift's restricted-v2 assigns the UID: the chart's is removed with null.
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], false);
+    let args = container_args(&manifests, "Deployment");
+    assert!(
+        args.iter()
+            .any(|a| a == r#"--webhook-object-selector={"matchLabels":{"guard":"yes"}}"#),
+        "{args:?}"
+    );
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let configuration = find(kind);
+        assert_eq!(
+            configuration["metadata"]["annotations"]["admissions.enforcer/disabled"],
+            "true"
+        );
+        assert_eq!(configuration["metadata"]["labels"]["team"], "platform");
+    }
+    let full = documents(&template("fullnameOverride: webhook-guard\n").unwrap());
+    assert!(
+        full.iter()
+            .any(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "webhook-guard")
+    );
+    // Defaults: the hardened contexts.
+    let docs = documents(&template(&ownership()).unwrap());
+    let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["containers"][0]["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+}
+
 /// GitOps renders the chart on every sync: the same values must give the
 /// same manifests, or each sync would swap trust and roll the pods.
 #[test]

@@ -9,6 +9,7 @@ fn registration() -> Registration {
         failure_policy: FailurePolicy::Fail,
         timeout_seconds: 5,
         namespace_selector: None,
+        object_selector: None,
         resync: Duration::from_secs(60),
     }
 }
@@ -105,6 +106,23 @@ fn exempt_identities_and_the_nodes_never_reach_the_webhook() {
     for hook in configurations.validating.webhooks.unwrap() {
         assert_eq!(hook.match_conditions.unwrap().len(), 2);
     }
+}
+
+#[test]
+fn the_selectors_reach_every_webhook() {
+    let selector: LabelSelector = serde_json::from_value(json!({"matchLabels": {"guard": "yes"}})).unwrap();
+    let registration = Registration {
+        object_selector: Some(selector.clone()),
+        namespace_selector: Some(selector.clone()),
+        ..registration()
+    };
+    let configurations = desired(&registration, &rules(MIXED), None);
+    for hook in configurations.validating.webhooks.unwrap() {
+        assert_eq!(hook.object_selector.as_ref(), Some(&selector));
+        assert_eq!(hook.namespace_selector.as_ref(), Some(&selector));
+    }
+    let mutate = &configurations.mutating.webhooks.unwrap()[0];
+    assert_eq!(mutate.object_selector.as_ref(), Some(&selector));
 }
 
 #[test]

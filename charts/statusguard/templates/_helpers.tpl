@@ -1,14 +1,26 @@
-{{/* The release's full name, at most 63 characters. */}}
+{{/* The release's full name, at most 63 characters: fullnameOverride, or the release name with the chart's name (nameOverride) appended unless it holds it. */}}
 {{- define "statusguard.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The image: repository@digest when a digest is set, else repository:tag. */}}
+{{- define "statusguard.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "statusguard.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
