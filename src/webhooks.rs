@@ -39,6 +39,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 
+use std::collections::BTreeMap;
+
+pub use crate::ownership::FailurePolicy;
 use crate::ownership::{Mode, Ownership, ResourceRules};
 use crate::rules::ConfigMapRef;
 
@@ -111,9 +114,9 @@ impl std::str::FromStr for WebhookTarget {
     }
 }
 
-/// The `failurePolicy` of the enforcing webhooks.
+/// The `failurePolicy` of the enforcing webhooks, as the command line names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum FailurePolicy {
+pub enum FailurePolicyArg {
     /// A status write is rejected while statusguard cannot be reached.
     #[default]
     Fail,
@@ -121,12 +124,12 @@ pub enum FailurePolicy {
     Ignore,
 }
 
-impl fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        })
+impl From<FailurePolicyArg> for FailurePolicy {
+    fn from(arg: FailurePolicyArg) -> Self {
+        match arg {
+            FailurePolicyArg::Fail => FailurePolicy::Fail,
+            FailurePolicyArg::Ignore => FailurePolicy::Ignore,
+        }
     }
 }
 
@@ -250,6 +253,64 @@ pub fn match_conditions(rules: &Ownership) -> Vec<MatchCondition> {
     conditions
 }
 
+/// Resources that share one webhook: the endpoint's path, and the
+/// `failurePolicy` and `timeoutSeconds` they have.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Group {
+    /// `validate`, `audit` or `mutate`.
+    kind: &'static str,
+    failure_policy: FailurePolicy,
+    timeout_seconds: i32,
+}
+
+impl Group {
+    /// The first label of the webhook's name: the kind alone for the
+    /// server's own failure policy and timeout, else both appended
+    /// (`validate-ignore-10s`).
+    fn path(&self, registration: &Registration) -> String {
+        let default_policy = if self.kind == "audit" {
+            FailurePolicy::Ignore
+        } else {
+            registration.failure_policy
+        };
+        if self.failure_policy == default_policy && self.timeout_seconds == registration.timeout_seconds {
+            self.kind.to_owned()
+        } else {
+            format!(
+                "{}-{}-{}s",
+                self.kind,
+                self.failure_policy.to_string().to_lowercase(),
+                self.timeout_seconds
+            )
+        }
+    }
+}
+
+/// The resources of `modes`, grouped by the failure policy and timeout
+/// they have (their own, or the server's); audit resources always have
+/// `Ignore`: nothing is enforced for them, so a write is never blocked.
+fn groups<'r>(
+    registration: &Registration,
+    rules: &'r Ownership,
+    kind: &'static str,
+    modes: &[Mode],
+) -> BTreeMap<Group, Vec<&'r ResourceRules>> {
+    let mut groups: BTreeMap<Group, Vec<&ResourceRules>> = BTreeMap::new();
+    for r in rules.resources().iter().filter(|r| modes.contains(&r.mode)) {
+        let failure_policy = match r.mode {
+            Mode::Audit => FailurePolicy::Ignore,
+            _ => r.failure_policy.unwrap_or(registration.failure_policy),
+        };
+        let group = Group {
+            kind,
+            failure_policy,
+            timeout_seconds: r.timeout_seconds.unwrap_or(registration.timeout_seconds),
+        };
+        groups.entry(group).or_default().push(r);
+    }
+    groups
+}
+
 /// The configurations that match `rules`: pure, the same on every replica.
 pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option<&[u8]>) -> Configurations {
     // Only the name: the labels belong to whoever created the object (the
@@ -259,48 +320,41 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
         ..Default::default()
     };
     let conditions = match_conditions(rules);
-    let of_modes = |modes: &[Mode]| rules_for(rules.resources().iter().filter(|r| modes.contains(&r.mode)));
-    let validating_hook =
-        |path: &str, rules: Vec<RuleWithOperations>, failure_policy: FailurePolicy| ValidatingWebhook {
-            name: webhook_name(path, registration),
-            client_config: registration.target.client_config("validate", ca_bundle),
-            rules: Some(rules),
-            failure_policy: Some(failure_policy.to_string()),
-            match_policy: Some("Equivalent".to_owned()),
-            match_conditions: Some(conditions.clone()),
-            namespace_selector: registration.namespace_selector.clone(),
-            object_selector: registration.object_selector.clone(),
-            side_effects: "None".to_owned(),
-            admission_review_versions: vec!["v1".to_owned()],
-            timeout_seconds: Some(registration.timeout_seconds),
-        };
-    let mut validating = Vec::new();
-    let enforced = of_modes(&[Mode::Enforce, Mode::Trim]);
-    if !enforced.is_empty() {
-        validating.push(validating_hook("validate", enforced, registration.failure_policy));
-    }
-    let audited = of_modes(&[Mode::Audit]);
-    if !audited.is_empty() {
-        // Nothing is enforced for these: never block a write for them.
-        validating.push(validating_hook("audit", audited, FailurePolicy::Ignore));
-    }
-    let trimmed = of_modes(&[Mode::Trim]);
-    let mutating = (!trimmed.is_empty())
-        .then(|| MutatingWebhook {
-            name: webhook_name("mutate", registration),
-            client_config: registration.target.client_config("mutate", ca_bundle),
-            rules: Some(trimmed),
-            failure_policy: Some(registration.failure_policy.to_string()),
-            match_policy: Some("Equivalent".to_owned()),
-            match_conditions: Some(conditions.clone()),
-            namespace_selector: registration.namespace_selector.clone(),
-            object_selector: registration.object_selector.clone(),
-            reinvocation_policy: Some("IfNeeded".to_owned()),
-            side_effects: "None".to_owned(),
-            admission_review_versions: vec!["v1".to_owned()],
-            timeout_seconds: Some(registration.timeout_seconds),
-        })
+    let validating_hook = |group: &Group, rules: Vec<RuleWithOperations>| ValidatingWebhook {
+        name: webhook_name(&group.path(registration), registration),
+        client_config: registration.target.client_config("validate", ca_bundle),
+        rules: Some(rules),
+        failure_policy: Some(group.failure_policy.to_string()),
+        match_policy: Some("Equivalent".to_owned()),
+        match_conditions: Some(conditions.clone()),
+        namespace_selector: registration.namespace_selector.clone(),
+        object_selector: registration.object_selector.clone(),
+        side_effects: "None".to_owned(),
+        admission_review_versions: vec!["v1".to_owned()],
+        timeout_seconds: Some(group.timeout_seconds),
+    };
+    let mutating_hook = |group: &Group, rules: Vec<RuleWithOperations>| MutatingWebhook {
+        name: webhook_name(&group.path(registration), registration),
+        client_config: registration.target.client_config("mutate", ca_bundle),
+        rules: Some(rules),
+        failure_policy: Some(group.failure_policy.to_string()),
+        match_policy: Some("Equivalent".to_owned()),
+        match_conditions: Some(conditions.clone()),
+        namespace_selector: registration.namespace_selector.clone(),
+        object_selector: registration.object_selector.clone(),
+        reinvocation_policy: Some("IfNeeded".to_owned()),
+        side_effects: "None".to_owned(),
+        admission_review_versions: vec!["v1".to_owned()],
+        timeout_seconds: Some(group.timeout_seconds),
+    };
+    let validating = groups(registration, rules, "validate", &[Mode::Enforce, Mode::Trim])
         .into_iter()
+        .chain(groups(registration, rules, "audit", &[Mode::Audit]))
+        .map(|(group, resources)| validating_hook(&group, rules_for(resources.into_iter())))
+        .collect();
+    let mutating = groups(registration, rules, "mutate", &[Mode::Trim])
+        .into_iter()
+        .map(|(group, resources)| mutating_hook(&group, rules_for(resources.into_iter())))
         .collect();
     Configurations {
         validating: ValidatingWebhookConfiguration {

@@ -374,6 +374,21 @@ fn the_same_values_render_the_same_manifests() {
     for values in [String::new(), ownership()] {
         assert_eq!(template(&values).unwrap(), template(&values).unwrap());
     }
+    // Per-resource webhook settings are part of the document the schema accepts.
+    let overrides = ownership().replace(
+        "resource: gadgets",
+        "resource: gadgets\n      failurePolicy: Ignore\n      timeoutSeconds: 10",
+    );
+    let configmap = documents(&template(&overrides).unwrap())
+        .into_iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .unwrap();
+    let rules =
+        statusguard::ownership::Ownership::from_yaml(configmap["data"]["ownership.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        rules.resource("example.com", "gadgets").unwrap().timeout_seconds,
+        Some(10)
+    );
 }
 
 /// helm mode puts the host of webhook.url in the certificate it generates.
@@ -521,6 +536,11 @@ fn invalid_values_fail_with_a_clear_message() {
             "a bad failure policy",
             "webhook: {failurePolicy: Sometimes}\n".to_owned(),
             "failurePolicy",
+        ),
+        (
+            "a resource timeout beyond the API server's 30 s",
+            ownership().replace("resource: gadgets", "resource: gadgets\n      timeoutSeconds: 31"),
+            "timeoutSeconds",
         ),
         (
             "ServiceMonitor without its Service",

@@ -48,6 +48,25 @@ impl fmt::Display for Mode {
     }
 }
 
+/// What the API server does with a write when the webhook cannot answer
+/// (the webhook's `failurePolicy`), for one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+pub enum FailurePolicy {
+    /// The write is refused: ownership is never bypassed.
+    Fail,
+    /// The write passes unguarded.
+    Ignore,
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        })
+    }
+}
+
 /// Why a document cannot become rules. `Invalid` carries every rule broken,
 /// each naming where.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +123,8 @@ struct ResourceDoc {
     conditions: Option<String>,
     #[serde(default)]
     allow_system_resource: bool,
+    failure_policy: Option<FailurePolicy>,
+    timeout_seconds: Option<i32>,
     #[serde(default)]
     writers: Vec<WriterDoc>,
 }
@@ -145,6 +166,11 @@ pub struct ResourceRules {
     pub resource: String,
     /// What happens to a write that changes another writer's items.
     pub mode: Mode,
+    /// This resource's webhook `failurePolicy`, where it differs from the
+    /// server's (audit resources always have `Ignore`).
+    pub failure_policy: Option<FailurePolicy>,
+    /// This resource's webhook `timeoutSeconds` (1 to 30), where it differs.
+    pub timeout_seconds: Option<i32>,
     /// Where the conditions list lives below `.status`.
     pub conditions_path: FieldPath,
     /// The writers in document order.
@@ -358,12 +384,19 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     if r.group.is_empty()
         && SYSTEM_RESOURCES.contains(&r.resource.as_str())
         && mode != Mode::Audit
+        && r.failure_policy != Some(FailurePolicy::Ignore)
         && !r.allow_system_resource
     {
         problems.push(format!(
             "{at}: the kubelet and the control plane write the status of core {}: in mode {mode} a statusguard outage \
-             (failurePolicy Fail) blocks them too; use mode: audit, or set allowSystemResource: true to accept that",
+             (failurePolicy Fail) blocks them too; use mode: audit or failurePolicy: Ignore, or set \
+             allowSystemResource: true to accept that",
             r.resource
+        ));
+    }
+    if let Some(t) = r.timeout_seconds.filter(|t| !(1..=30).contains(t)) {
+        problems.push(format!(
+            "{at}: timeoutSeconds {t} is outside 1 to 30 (the API server's bounds)"
         ));
     }
     let conditions_text = r.conditions.as_deref().unwrap_or("conditions");
@@ -392,6 +425,8 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
         group: r.group,
         resource: r.resource,
         mode,
+        failure_policy: r.failure_policy,
+        timeout_seconds: r.timeout_seconds,
         conditions_path,
         writers,
         read_paths,

@@ -154,3 +154,78 @@ fn the_same_rules_give_the_same_configurations() {
         serde_json::to_vec(&b.validating).unwrap()
     );
 }
+
+#[test]
+fn a_resource_may_have_its_own_failure_policy_and_timeout() {
+    let text = r#"
+apiVersion: statusguard.dev/v1alpha1
+kind: StatusOwnership
+resources:
+  - {group: example.com, resource: widgets}
+  - {group: example.com, resource: gadgets, failurePolicy: Ignore, timeoutSeconds: 10}
+  - {group: example.com, resource: gizmos, failurePolicy: Ignore, timeoutSeconds: 10, mode: trim}
+  - {group: example.com, resource: doodads, mode: audit, failurePolicy: Fail, timeoutSeconds: 2}
+  - {group: "", resource: pods, failurePolicy: Ignore}
+"#;
+    let configurations = desired(&registration(), &rules(text), None);
+    let hooks: Vec<(String, String, i32, Vec<String>)> = configurations
+        .validating
+        .webhooks
+        .unwrap()
+        .into_iter()
+        .map(|h| {
+            let resources = h
+                .rules
+                .unwrap()
+                .into_iter()
+                .flat_map(|r| r.resources.unwrap())
+                .collect();
+            (h.name, h.failure_policy.unwrap(), h.timeout_seconds.unwrap(), resources)
+        })
+        .collect();
+    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        hooks,
+        vec![
+            (
+                "validate.statusguard.statusguard.dev".into(),
+                "Fail".into(),
+                5,
+                owned(&["widgets/status"])
+            ),
+            (
+                "validate-ignore-5s.statusguard.statusguard.dev".into(),
+                "Ignore".into(),
+                5,
+                owned(&["pods/status"])
+            ),
+            (
+                "validate-ignore-10s.statusguard.statusguard.dev".into(),
+                "Ignore".into(),
+                10,
+                owned(&["gadgets/status", "gizmos/status"])
+            ),
+            // Audit stays Ignore whatever the document says; its timeout applies.
+            (
+                "audit-ignore-2s.statusguard.statusguard.dev".into(),
+                "Ignore".into(),
+                2,
+                owned(&["doodads/status"])
+            ),
+        ]
+    );
+    let mutate = &configurations.mutating.webhooks.unwrap()[0];
+    assert_eq!(mutate.name, "mutate-ignore-10s.statusguard.statusguard.dev");
+    assert_eq!(mutate.timeout_seconds, Some(10));
+}
+
+#[test]
+fn a_timeout_outside_the_api_servers_bounds_is_refused() {
+    for t in [0, 31] {
+        let text = format!(
+            "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - {{group: a, resource: b, timeoutSeconds: {t}}}\n"
+        );
+        let problems = Ownership::from_yaml(&text).unwrap_err().problems();
+        assert!(problems[0].contains("outside 1 to 30"), "{problems:?}");
+    }
+}
