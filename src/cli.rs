@@ -18,7 +18,7 @@ use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::ca::ManagedCerts;
 use crate::server::{ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
-use crate::webhooks::{CaSource, FailurePolicyArg, Registration, WebhookTarget};
+use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// `statusguard`'s arguments.
@@ -158,7 +158,7 @@ pub struct WebhookArgs {
     pub webhook_ca_file: Option<PathBuf>,
     /// failurePolicy of the enforce and trim webhooks (audit resources always have Ignore).
     #[arg(long, value_enum, default_value = "fail", env = "STATUSGUARD_WEBHOOK_FAILURE_POLICY")]
-    pub webhook_failure_policy: FailurePolicyArg,
+    pub webhook_failure_policy: FailurePolicy,
     /// How long the API server waits for an answer (1 to 30 s).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(1..=30), env = "STATUSGUARD_WEBHOOK_TIMEOUT_SECONDS")]
     pub webhook_timeout_seconds: i32,
@@ -324,7 +324,7 @@ impl WebhookArgs {
             name: self.register_webhooks?,
             target: self.webhook_target?,
             ca,
-            failure_policy: self.webhook_failure_policy.into(),
+            failure_policy: self.webhook_failure_policy,
             timeout_seconds: self.webhook_timeout_seconds,
             namespace_selector: self.webhook_namespace_selector,
             object_selector: self.webhook_object_selector,

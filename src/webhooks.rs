@@ -114,25 +114,6 @@ impl std::str::FromStr for WebhookTarget {
     }
 }
 
-/// The `failurePolicy` of the enforcing webhooks, as the command line names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum FailurePolicyArg {
-    /// A status write is rejected while statusguard cannot be reached.
-    #[default]
-    Fail,
-    /// A status write passes unguarded while statusguard cannot be reached.
-    Ignore,
-}
-
-impl From<FailurePolicyArg> for FailurePolicy {
-    fn from(arg: FailurePolicyArg) -> Self {
-        match arg {
-            FailurePolicyArg::Fail => FailurePolicy::Fail,
-            FailurePolicyArg::Ignore => FailurePolicy::Ignore,
-        }
-    }
-}
-
 /// Where the `caBundle` of the configurations comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CaSource {
@@ -320,9 +301,11 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
         ..Default::default()
     };
     let conditions = match_conditions(rules);
-    let validating_hook = |group: &Group, rules: Vec<RuleWithOperations>| ValidatingWebhook {
+    // One webhook of a group, at `endpoint`; the mutating one is the same
+    // webhook with a reinvocation policy.
+    let hook = |group: &Group, rules: Vec<RuleWithOperations>, endpoint: &str| ValidatingWebhook {
         name: webhook_name(&group.path(registration), registration),
-        client_config: registration.target.client_config("validate", ca_bundle),
+        client_config: registration.target.client_config(endpoint, ca_bundle),
         rules: Some(rules),
         failure_policy: Some(group.failure_policy.to_string()),
         match_policy: Some("Equivalent".to_owned()),
@@ -333,24 +316,27 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
         admission_review_versions: vec!["v1".to_owned()],
         timeout_seconds: Some(group.timeout_seconds),
     };
-    let mutating_hook = |group: &Group, rules: Vec<RuleWithOperations>| MutatingWebhook {
-        name: webhook_name(&group.path(registration), registration),
-        client_config: registration.target.client_config("mutate", ca_bundle),
-        rules: Some(rules),
-        failure_policy: Some(group.failure_policy.to_string()),
-        match_policy: Some("Equivalent".to_owned()),
-        match_conditions: Some(conditions.clone()),
-        namespace_selector: registration.namespace_selector.clone(),
-        object_selector: registration.object_selector.clone(),
-        reinvocation_policy: Some("IfNeeded".to_owned()),
-        side_effects: "None".to_owned(),
-        admission_review_versions: vec!["v1".to_owned()],
-        timeout_seconds: Some(group.timeout_seconds),
+    let mutating_hook = |group: &Group, rules: Vec<RuleWithOperations>| {
+        let hook = hook(group, rules, "mutate");
+        MutatingWebhook {
+            name: hook.name,
+            client_config: hook.client_config,
+            rules: hook.rules,
+            failure_policy: hook.failure_policy,
+            match_policy: hook.match_policy,
+            match_conditions: hook.match_conditions,
+            namespace_selector: hook.namespace_selector,
+            object_selector: hook.object_selector,
+            reinvocation_policy: Some("IfNeeded".to_owned()),
+            side_effects: hook.side_effects,
+            admission_review_versions: hook.admission_review_versions,
+            timeout_seconds: hook.timeout_seconds,
+        }
     };
     let validating = groups(registration, rules, "validate", &[Mode::Enforce, Mode::Trim])
         .into_iter()
         .chain(groups(registration, rules, "audit", &[Mode::Audit]))
-        .map(|(group, resources)| validating_hook(&group, rules_for(resources.into_iter())))
+        .map(|(group, resources)| hook(&group, rules_for(resources.into_iter()), "validate"))
         .collect();
     let mutating = groups(registration, rules, "mutate", &[Mode::Trim])
         .into_iter()

@@ -377,6 +377,18 @@ async fn start_binary(dir: &std::path::Path) -> (Process, u16, u16, String) {
     (server.process, server.tls, server.admin, ca_pem)
 }
 
+/// Waits, off the runtime's threads, for the process to exit on its own
+/// (it is not killed, as dropping it would).
+async fn exit_status(mut process: Process) -> std::process::ExitStatus {
+    tokio::task::spawn_blocking(move || {
+        let status = process.0.wait().unwrap();
+        std::mem::forget(process);
+        status
+    })
+    .await
+    .unwrap()
+}
+
 fn signal(child: &std::process::Child, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
@@ -388,7 +400,7 @@ fn signal(child: &std::process::Child, name: &str) {
 #[tokio::test]
 async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut process, tls, admin, ca_pem) = start_binary(dir.path()).await;
+    let (process, tls, admin, ca_pem) = start_binary(dir.path()).await;
     let body = serde_json::to_vec(&stale_review()).unwrap();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], tls));
     let response = split_request(addr, &ca_pem, "/validate", &body, async {
@@ -421,14 +433,7 @@ async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() 
             .contains("status.observedGeneration"),
         "{denial}"
     );
-    let status = tokio::task::spawn_blocking(move || {
-        let status = process.0.wait().unwrap();
-        std::mem::forget(process);
-        status
-    })
-    .await
-    .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(exit_status(process).await.code(), Some(0));
 }
 
 /// Issue 14: with a shutdown delay, SIGTERM turns readiness 503 at once
@@ -455,14 +460,7 @@ async fn a_shutdown_delay_keeps_answering_new_connections_while_readiness_is_503
         signalled.elapsed() < Duration::from_secs(3),
         "answered within the delay"
     );
-    let mut process = server.process;
-    let status = tokio::task::spawn_blocking(move || {
-        let status = process.0.wait().unwrap();
-        std::mem::forget(process);
-        status
-    })
-    .await
-    .unwrap();
+    let status = exit_status(server.process).await;
     assert!(
         signalled.elapsed() >= Duration::from_secs(3),
         "exited only after the delay"

@@ -49,8 +49,10 @@ impl fmt::Display for Mode {
 }
 
 /// What the API server does with a write when the webhook cannot answer
-/// (the webhook's `failurePolicy`), for one resource.
+/// (the webhook's `failurePolicy`): per resource in the document, and the
+/// server's default (`--webhook-failure-policy fail|ignore`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[cfg_attr(feature = "server", derive(clap::ValueEnum))]
 pub enum FailurePolicy {
     /// The write is refused: ownership is never bypassed.
     Fail,

@@ -20,6 +20,8 @@ use kube::{Client, ResourceExt as _};
 use crate::certs::{CertPolicy, Step, Stored, keys, next};
 use crate::rules::ConfigMapRef;
 use crate::server::app::App;
+use rustls::sign::CertifiedKey;
+
 use crate::tls::{CertFiles, PemFiles, SwappableCert, certified_key};
 
 /// Where and how the server keeps its certificates.
@@ -133,8 +135,8 @@ pub async fn sync(client: &Client, managed: &ManagedCerts) -> Result<Stored, CaE
     Err(CaError::Contended(secret_name))
 }
 
-/// Serves what `stored` holds and publishes its trust bundle.
-pub fn load(stored: &Stored, target: &SwappableCert, app: &App) -> Result<(), CaError> {
+/// The serving certificate `stored` holds, ready for TLS.
+pub fn serving_key(stored: &Stored) -> Result<CertifiedKey, CaError> {
     let pem = PemFiles {
         cert: stored.tls_cert.clone().into_bytes(),
         key: stored.tls_key.clone().into_bytes(),
@@ -143,10 +145,21 @@ pub fn load(stored: &Stored, target: &SwappableCert, app: &App) -> Result<(), Ca
             key: "the managed Secret's tls.key".into(),
         },
     };
-    target.store(certified_key(&pem)?);
+    Ok(certified_key(&pem)?)
+}
+
+/// Publishes what `stored` holds besides the serving certificate: its trust
+/// bundle (for the webhooks' caBundle) and the certificate's expiry.
+pub fn publish(stored: &Stored, app: &App) {
     app.set_trust_bundle(stored.ca_bundle.clone().into_bytes());
     app.metrics
         .serving_certificate_expiry(crate::certs::not_after(&stored.tls_cert));
+}
+
+/// Serves what `stored` holds and publishes its trust bundle.
+pub fn load(stored: &Stored, target: &SwappableCert, app: &App) -> Result<(), CaError> {
+    target.store(serving_key(stored)?);
+    publish(stored, app);
     Ok(())
 }
 

@@ -178,16 +178,9 @@ impl Server {
                 }
                 tracing::info!(secret = %managed.secret, names = ?managed.policy.names, "keeping the serving certificates in a Secret");
                 let stored = ca::first(&client, &managed).await;
-                let key = tls::certified_key(&PemFiles {
-                    cert: stored.tls_cert.clone().into_bytes(),
-                    key: stored.tls_key.clone().into_bytes(),
-                    origin: CertFiles {
-                        cert: "the managed Secret's tls.crt".into(),
-                        key: "the managed Secret's tls.key".into(),
-                    },
-                })?;
+                let key = ca::serving_key(&stored).map_err(|e| ServerError::ManagedCerts(e.to_string()))?;
                 let target = SwappableCert::new(key);
-                ca::load(&stored, &target, &app).map_err(|e| ServerError::ManagedCerts(e.to_string()))?;
+                ca::publish(&stored, &app);
                 managed_certs = Some((client, managed, target.clone(), stored));
                 (target, None)
             }
