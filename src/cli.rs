@@ -84,11 +84,12 @@ pub struct ServeArgs {
     /// NAMESPACE/NAME of a ConfigMap whose key `ownership.yaml` holds the document (cluster mode).
     #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
     pub configmap: Option<ConfigMapRef>,
-    /// HTTPS address of /validate and /mutate.
-    #[arg(long, default_value = "0.0.0.0:8443", env = "STATUSGUARD_LISTEN")]
+    /// HTTPS address of /validate and /mutate. `[::]` is dual stack (IPv4
+    /// too; IPv4 only on a node without IPv6).
+    #[arg(long, default_value = "[::]:8443", env = "STATUSGUARD_LISTEN")]
     pub listen: SocketAddr,
-    /// Plain-HTTP address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:8080", env = "STATUSGUARD_ADMIN_LISTEN")]
+    /// Plain-HTTP address of /healthz, /readyz and /metrics (dual stack as --listen).
+    #[arg(long, default_value = "[::]:8080", env = "STATUSGUARD_ADMIN_LISTEN")]
     pub admin_listen: SocketAddr,
     /// The serving certificate.
     #[command(flatten)]

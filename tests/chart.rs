@@ -17,6 +17,8 @@ use support::scenario::Scenario;
 use support::webhook::{BinaryServer, eventually, free_port};
 
 const RELEASE_NAMESPACE: &str = "statusguard-system";
+/// The release's webhook configurations: its full name and namespace.
+const WEBHOOKS: &str = "sg-statusguard-statusguard-system";
 /// Where the rendered manifests are applied: apart from the installed
 /// release, so that the two tests never touch each other's objects.
 const APPLY_NAMESPACE: &str = "statusguard-apply";
@@ -158,7 +160,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     let args = container_args(&template(&ownership()).unwrap(), "Deployment");
     for expected in [
         "--configmap=statusguard-system/sg-statusguard-ownership",
-        "--register-webhooks=sg-statusguard",
+        "--register-webhooks=sg-statusguard-statusguard-system",
         "--webhook-target=statusguard-system/sg-statusguard:443",
         "--manage-certificates=statusguard-system/sg-statusguard-tls",
         "--cert-validity=90d",
@@ -200,7 +202,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     // their webhooks, which the server applies from the live document.
     for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
         let configuration = find(kind);
-        assert_eq!(configuration["metadata"]["name"], "sg-statusguard");
+        assert_eq!(configuration["metadata"]["name"], "sg-statusguard-statusguard-system");
         assert!(configuration.get("webhooks").is_none(), "{kind}: {configuration}");
     }
     // RBAC: the release's own two webhook configurations, and its own ConfigMap.
@@ -209,7 +211,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                "resourceNames": ["sg-statusguard"], "verbs": ["get", "patch", "delete"]}])
+                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]}])
     );
     let role = find("Role");
     assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));
@@ -241,7 +243,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         &hook_args[..3],
         [
             "unregister",
-            "--name=sg-statusguard",
+            "--name=sg-statusguard-statusguard-system",
             "--configmap=statusguard-system/sg-statusguard-ownership"
         ]
     );
@@ -357,6 +359,54 @@ fn the_platform_knobs_render() {
         full.iter()
             .any(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "webhook-guard")
     );
+    // Listening: dual stack on the default ports; an address, ports and
+    // the host's network when asked.
+    let args = container_args(&template(&ownership()).unwrap(), "Deployment");
+    assert!(args.contains(&"--listen=[::]:8443".to_owned()), "{args:?}");
+    assert!(args.contains(&"--admin-listen=[::]:8080".to_owned()), "{args:?}");
+    let host = template(&format!(
+        "{}listenAddress: 0.0.0.0\nports: {{webhook: 10250, admin: 10251}}\nhostNetwork: true\n",
+        ownership()
+    ))
+    .unwrap();
+    let args = container_args(&host, "Deployment");
+    assert!(args.contains(&"--listen=0.0.0.0:10250".to_owned()), "{args:?}");
+    assert!(args.contains(&"--admin-listen=0.0.0.0:10251".to_owned()), "{args:?}");
+    let docs = documents(&host);
+    let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(
+        pod["containers"][0]["ports"],
+        json!([{"name": "webhook", "containerPort": 10250}, {"name": "admin", "containerPort": 10251}])
+    );
+    assert!(
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_array(),
+        "replicas on the host's network need distinct nodes: {}",
+        pod["affinity"]
+    );
+    let docs = documents(&template("dnsPolicy: Default\n").unwrap());
+    let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["dnsPolicy"], "Default");
+    assert!(pod.get("hostNetwork").is_none());
+    // Cluster-scoped objects name the namespace: one release name in two
+    // namespaces never shares them.
+    let cluster_scoped = |namespace: &str| -> Vec<String> {
+        documents(&template_as("sg", namespace, &ownership()).unwrap())
+            .iter()
+            .filter(|d| d["metadata"].get("namespace").is_none())
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let (here, there) = (cluster_scoped("team-a"), cluster_scoped("team-b"));
+    assert_eq!(here.len(), 4, "{here:?}");
+    assert!(here.iter().all(|name| !there.contains(name)), "{here:?} {there:?}");
     // Defaults: the hardened contexts.
     let docs = documents(&template(&ownership()).unwrap());
     let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
@@ -716,14 +766,14 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     // as the chart's ServiceAccount, then uninstalls without hooks.
     let said = release.run_pre_delete_hook(&kubeconfig);
     assert!(
-        said.contains("deleted ValidatingWebhookConfiguration sg-statusguard"),
+        said.contains("deleted ValidatingWebhookConfiguration sg-statusguard-statusguard-system"),
         "{said}"
     );
     release.helm(&["uninstall", "sg", "-n", RELEASE_NAMESPACE, "--no-hooks"]);
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
-    assert!(validating.get_opt("sg-statusguard").await.unwrap().is_none());
-    assert!(mutating.get_opt("sg-statusguard").await.unwrap().is_none());
+    assert!(validating.get_opt(WEBHOOKS).await.unwrap().is_none());
+    assert!(mutating.get_opt(WEBHOOKS).await.unwrap().is_none());
     assert!(
         server
             .metrics()

@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -191,6 +190,37 @@ async fn plain_http_on_the_tls_port_is_never_answered() {
         .send()
         .await;
     assert!(result.is_err(), "plain HTTP got an answer: {result:?}");
+}
+
+#[tokio::test]
+async fn the_ipv6_wildcard_serves_ipv4_and_ipv6_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let wildcard: std::net::SocketAddr = "[::]:0".parse().unwrap();
+    let mut config = config(RulesSource::Embedded, Some(files(dir.path())));
+    (config.listen, config.admin_listen) = (wildcard, wildcard);
+    let server = RunningServer::start(config).await;
+    let mut loopbacks = vec!["127.0.0.1"];
+    // IPv6 too where this machine has it (the server falls back to IPv4 where not).
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        loopbacks.push("[::1]");
+    }
+    let client = https_client(&certs.ca_pem);
+    for host in loopbacks {
+        let readyz = plain_client()
+            .get(format!("http://{host}:{}/readyz", server.admin.port()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("the admin port over {host}: {e}"));
+        assert_eq!(readyz.status(), 200, "{host}");
+        let answer = review_response(
+            &client,
+            &format!("https://{host}:{}/validate", server.tls.port()),
+            &stale_review(),
+        )
+        .await;
+        assert_eq!(answer["allowed"], false, "{host}");
+    }
 }
 
 #[tokio::test]
@@ -389,14 +419,6 @@ async fn exit_status(mut process: Process) -> std::process::ExitStatus {
     .unwrap()
 }
 
-fn signal(child: &std::process::Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test]
 async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -438,8 +460,9 @@ async fn sigterm_turns_readiness_503_drains_the_in_flight_request_and_exits_0() 
 
 /// Issue 14: with a shutdown delay, SIGTERM turns readiness 503 at once
 /// while new connections are still accepted and answered (the endpoints
-/// controller and the API server have not stopped sending yet); after the
-/// delay the server stops accepting and exits 0.
+/// controller and the API server have not stopped sending yet), each
+/// HTTP/1.1 answer then closing its connection so that the caller dials
+/// anew; after the delay the server stops accepting and exits 0.
 #[tokio::test]
 async fn a_shutdown_delay_keeps_answering_new_connections_while_readiness_is_503() {
     let dir = tempfile::tempdir().unwrap();
@@ -447,12 +470,33 @@ async fn a_shutdown_delay_keeps_answering_new_connections_while_readiness_is_503
     server.wait_ready().await;
     let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
     let url = format!("https://localhost:{}/validate", server.tls);
+    let keep_alive = https_client(&ca_pem);
+    let connection_header = |url: String| {
+        let keep_alive = keep_alive.clone();
+        async move {
+            let response = keep_alive
+                .post(url)
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&stale_review()).unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            response
+                .headers()
+                .get("connection")
+                .map(|v| v.to_str().unwrap().to_owned())
+        }
+    };
+    assert_eq!(connection_header(url.clone()).await, None, "kept alive while serving");
     let signalled = std::time::Instant::now();
     signal(&server.process.0, "TERM");
     eventually(Duration::from_secs(2), "readiness turns 503 at once", || async {
         matches!(server.get_admin("/readyz").await, Some((503, _)))
     })
     .await;
+    // The connection opened before the signal: answered, then closed.
+    assert_eq!(connection_header(url.clone()).await.as_deref(), Some("close"));
     // A new client: a new connection, accepted and answered during the delay.
     let response = review_response(&https_client(&ca_pem), &url, &stale_review()).await;
     assert_eq!(response["status"]["code"], 409, "{response}");

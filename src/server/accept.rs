@@ -2,6 +2,8 @@
 //! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain.
 
 use std::future::Future;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +12,44 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+
+/// Binds `addr` for the accept loop. The IPv6 wildcard `[::]` is bound dual
+/// stack, IPv4 included, whatever the node's `net.ipv6.bindv6only` says: one
+/// default serves IPv4, IPv6 and dual-stack clusters. On a node without IPv6
+/// it falls back to `0.0.0.0`, so that default never keeps a pod from
+/// starting.
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    match bind(addr) {
+        Err(e) if addr.ip() == Ipv6Addr::UNSPECIFIED && no_ipv6(&e) => {
+            let ipv4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()));
+            tracing::warn!(%addr, error = %e, listen = %ipv4, "no IPv6 on this node: listening on IPv4 only");
+            bind(ipv4)
+        }
+        bound => bound,
+    }
+}
+
+/// Errors that mean "this node has no IPv6", not "the port is taken".
+fn no_ipv6(error: &io::Error) -> bool {
+    !matches!(error.kind(), io::ErrorKind::AddrInUse | io::ErrorKind::PermissionDenied)
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    // As tokio's own bind: a restarted server rebinds at once while the old
+    // process's connections sit in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
 
 /// Limits of the accept loop.
 #[derive(Debug, Clone, Copy)]

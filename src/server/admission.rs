@@ -7,7 +7,8 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, Version, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tracing::field::Empty;
@@ -22,7 +23,27 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/validate", post(|State(app), req| admit(app, Endpoint::Validate, req)))
         .route("/mutate", post(|State(app), req| admit(app, Endpoint::Mutate, req)))
+        .layer(middleware::from_fn_with_state(app.clone(), close_when_draining))
         .with_state(app)
+}
+
+/// While the server drains (from SIGTERM through the shutdown delay), each
+/// HTTP/1.1 answer says `Connection: close`: the caller drops that
+/// connection once it has read the answer and dials anew, reaching a replica
+/// still in the Service's endpoints. Closing idle keep-alive connections
+/// instead races a request being written on one, and the API server does not
+/// retry a POST that met a closed connection: that write would be rejected
+/// under `Fail`. (HTTP/2 callers get a GOAWAY when the delay ends, which
+/// has no such race.)
+async fn close_when_draining(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let http1 = request.version() <= Version::HTTP_11;
+    let mut response = next.run(request).await;
+    if http1 && app.is_shutting_down() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {

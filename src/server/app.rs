@@ -94,4 +94,9 @@ impl App {
     pub fn start_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
     }
+
+    /// Whether [`start_shutdown`](Self::start_shutdown) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
 }

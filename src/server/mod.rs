@@ -211,13 +211,9 @@ impl Server {
         };
         let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
 
-        let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind { addr, source })
-        };
-        let tls_listener = bind(config.listen).await?;
-        let admin_listener = bind(config.admin_listen).await?;
+        let listen = |addr| accept::listen(addr).map_err(|source| ServerError::Bind { addr, source });
+        let tls_listener = listen(config.listen)?;
+        let admin_listener = listen(config.admin_listen)?;
         Ok(Self {
             app,
             config,

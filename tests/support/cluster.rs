@@ -273,6 +273,10 @@ impl Cluster {
             format!("--service-account-signing-key-file={sa_key}"),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
+            // A webhook's Service is reached at its EndpointSlices' addresses,
+            // not its ClusterIP (nothing proxies ClusterIPs here): the path
+            // a real cluster takes, through the Service's endpoints.
+            "--enable-aggregator-routing=true".into(),
         ];
         let apiserver = guarded(
             &assets.join("kube-apiserver"),

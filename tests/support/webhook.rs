@@ -210,13 +210,19 @@ impl BinaryServer {
     /// On a given TLS port. Without `--tls-cert` in `args`, a certificate is
     /// generated and its CA written to `dir/ca.pem`.
     pub async fn start_on(tls: u16, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
+        Self::start_at(&format!("127.0.0.1:{tls}"), tls, dir, args, env).await
+    }
+
+    /// Listening on `listen` (whose port is `tls`), e.g. `[::]:PORT` as the
+    /// chart's pods do; the admin port stays on loopback.
+    pub async fn start_at(listen: &str, tls: u16, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
         let admin = free_port();
         let log = dir.join("serve.log");
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_statusguard"));
         command.args([
             "serve",
             "--listen",
-            &format!("127.0.0.1:{tls}"),
+            listen,
             "--admin-listen",
             &format!("127.0.0.1:{admin}"),
         ]);
@@ -276,6 +282,15 @@ impl BinaryServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// Sends the signal `name` (TERM, KILL) to `child`.
+pub fn signal(child: &std::process::Child, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {}", child.id());
 }
 
 /// The value of one series (`name{labels}` exactly as exposed) in a

@@ -93,9 +93,19 @@ webhooks' caBundle and the Deployment's checksum agree.
 {{- end -}}
 {{- end -}}
 
-{{/* The name of the webhook configurations the server keeps in step with the ownership document. */}}
+{{/* The name of the webhook configurations the server keeps in step with the ownership document: cluster-scoped, so it holds the namespace (two releases of one name in two namespaces must not share them). */}}
 {{- define "statusguard.webhookName" -}}
-{{- include "statusguard.fullname" . -}}
+{{- printf "%s-%s" (include "statusguard.fullname" .) .Release.Namespace | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* host:port for a --listen flag: listenAddress (an IPv6 address in brackets) and the port given. */}}
+{{- define "statusguard.listen" -}}
+{{- $address := index . 0 -}}
+{{- if contains ":" $address -}}
+{{- printf "[%s]:%v" $address (index . 1) -}}
+{{- else -}}
+{{- printf "%s:%v" $address (index . 1) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Where the server finds the CA bundle it writes into its webhook configurations. */}}
