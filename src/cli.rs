@@ -72,6 +72,10 @@ pub enum Command {
     /// so that they do not apply them again: the recovery when statusguard is
     /// gone and guarded status writes fail.
     Unregister(UnregisterArgs),
+    /// Call each registered webhook as the API server does (its Service name
+    /// or URL, its caBundle) with a status write that changes nothing, and
+    /// check the answer: the chart's `helm test`.
+    Probe(ProbeArgs),
 }
 
 /// `statusguard serve`.
@@ -211,6 +215,25 @@ pub struct TlsArgs {
     /// Without --tls-cert: more names (DNS or IP) for the generated certificate.
     #[arg(long = "tls-san", env = "STATUSGUARD_TLS_SAN", value_delimiter = ',')]
     pub tls_sans: Vec<String>,
+}
+
+/// `statusguard probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The name of the webhook configurations (the server's --register-webhooks).
+    #[arg(long, env = "STATUSGUARD_REGISTER_WEBHOOKS")]
+    pub name: String,
+    /// NAMESPACE/NAME of the ownership ConfigMap: with it, a configuration
+    /// without webhooks fails when the document guards resources.
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
+    pub configmap: Option<ConfigMapRef>,
+    /// Dial HOST:PORT instead of the configuration's Service or URL host,
+    /// e.g. a `kubectl port-forward`; TLS still verifies the configured name.
+    #[arg(long)]
+    pub connect_to: Option<String>,
+    /// Limit on each call.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// `statusguard check`.
@@ -359,6 +382,26 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(check(&args).await),
+        Command::Probe(args) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
+            let options = crate::probe::ProbeOptions {
+                name: args.name,
+                configmap: args.configmap,
+                connect_to: args.connect_to,
+                timeout: args.timeout,
+            };
+            let probed = crate::probe::probe(&client, &options).await?;
+            for line in &probed {
+                println!("{line}");
+            }
+            if probed.is_empty() {
+                println!("no webhook is registered (the ownership document guards no resource): nothing to probe");
+            }
+            crate::probe::failures(&probed)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Unregister(args) => {
             let client = kube::Client::try_default()
                 .await

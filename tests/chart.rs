@@ -417,6 +417,36 @@ fn the_platform_knobs_render() {
     );
 }
 
+/// `helm test`: a pod that probes every registered webhook through the
+/// Service, as the chart's ServiceAccount, and that no Service selects.
+#[test]
+fn helm_test_probes_the_webhooks() {
+    let manifests = template(&ownership()).unwrap();
+    let docs = documents(&manifests);
+    let pod = docs.iter().find(|d| d["kind"] == "Pod").expect("a test pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(pod["spec"]["serviceAccountName"], "sg-statusguard");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert!(pod["metadata"]["labels"].get("app.kubernetes.io/name").is_none());
+    assert_eq!(
+        container_args(&manifests, "Pod")[..3],
+        [
+            "probe",
+            "--name=sg-statusguard-statusguard-system",
+            "--configmap=statusguard-system/sg-statusguard-ownership"
+        ]
+    );
+    // No pod of a hook carries the Service's selector labels.
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    assert!(
+        job["spec"]["template"]["metadata"]["labels"]
+            .get("app.kubernetes.io/name")
+            .is_none()
+    );
+    let off = template(&format!("{}tests: {{enabled: false}}\n", ownership())).unwrap();
+    assert!(!documents(&off).iter().any(|d| d["kind"] == "Pod"));
+}
+
 /// GitOps renders the chart on every sync: the same values must give the
 /// same manifests, or each sync would swap trust and roll the pods.
 #[test]
@@ -721,6 +751,10 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         .await;
     let args = release.server_args(home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // `helm test` before any server runs: the document guards widgets, and
+    // nothing is registered.
+    let (passed, said) = release.run_test_hook(&kubeconfig, &[]);
+    assert!(!passed && said.contains("has no webhook"), "{said}");
     let server = BinaryServer::start_on(port, home.path(), &args, &[("KUBECONFIG", &kubeconfig)]).await;
     server.wait_ready().await;
     // The server keeps its certificates in the chart's (empty) Secret.
@@ -729,6 +763,12 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     // The server registers itself: helm rendered no webhook configuration.
     s.wait_until_called(&["endpoint=\"validate\""], || server.metrics())
         .await;
+    let (passed, said) = release.run_test_hook(&kubeconfig, &[]);
+    assert!(passed, "{said}");
+    assert!(
+        said.contains(&format!("at https://127.0.0.1:{port}/validate: allowed")),
+        "{said}"
+    );
 
     // The stale rollback is denied through the chart's webhook configuration.
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 3}))

@@ -319,6 +319,17 @@ async fn rolling_restarts_and_crashes_through_the_service_reject_no_write() {
     };
     s.wait_until_called(&["endpoint=\"validate\""], all_metrics).await;
 
+    // `helm test`: its pod's command, dialling a replica's address (there is
+    // no cluster DNS here) but verifying the Service's name and caBundle.
+    let a_port = pods.lock().unwrap()["a"].tls;
+    let connect_to = format!("--connect-to={address}:{a_port}");
+    let (passed, said) = release.run_test_hook(&kubeconfig, &[&connect_to]);
+    assert!(passed, "{said}");
+    assert!(
+        said.contains("ok    validating validate.svc-statusguard-statusguard-service.statusguard.dev at https://svc-statusguard.statusguard-service.svc:443/validate"),
+        "{said}"
+    );
+
     let (phase, phases) = watch::channel("steady".to_owned());
     let tally = Arc::new(Mutex::new(Tally::default()));
     let writing = tokio::spawn(writers(s.clone(), phases, tally.clone()));
@@ -399,6 +410,11 @@ async fn rolling_restarts_and_crashes_through_the_service_reject_no_write() {
         rollback.code,
         rollback.body
     );
+
+    // `helm test` now fails, naming why.
+    let (passed, said) = release.run_test_hook(&kubeconfig, &[&connect_to]);
+    assert!(!passed, "{said}");
+    assert!(said.contains("FAIL") && said.contains("cannot connect"), "{said}");
 
     stop_controller.send_replace(true);
     let changes = controller.await.unwrap();

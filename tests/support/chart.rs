@@ -53,14 +53,18 @@ pub fn documents(manifests: &str) -> Vec<Value> {
 }
 
 /// The first container's arguments of the first object of `kind`
-/// (Deployment, Job) in the manifests.
+/// (Deployment, Job, Pod) in the manifests.
 pub fn container_args(manifests: &str, kind: &str) -> Vec<String> {
     let docs = documents(manifests);
     let object = docs
         .iter()
         .find(|d| d["kind"] == kind)
         .unwrap_or_else(|| panic!("no {kind} in the manifests"));
-    object["spec"]["template"]["spec"]["containers"][0]["args"]
+    let pod = match kind {
+        "Pod" => &object["spec"],
+        _ => &object["spec"]["template"]["spec"],
+    };
+    pod["containers"][0]["args"]
         .as_array()
         .unwrap()
         .iter()
@@ -159,18 +163,26 @@ impl Release {
     /// no kubelet here), with `kubeconfig` (the chart's ServiceAccount);
     /// asserts it succeeded and returns what it printed.
     pub fn run_pre_delete_hook(&self, kubeconfig: &Path) -> String {
+        let (succeeded, said) = self.run_hook("Job", kubeconfig, &[]);
+        assert!(succeeded, "{said}");
+        said
+    }
+
+    /// Runs the `helm test` hook's command as its pod would, with `extra`
+    /// arguments; returns whether it succeeded and what it printed.
+    pub fn run_test_hook(&self, kubeconfig: &Path, extra: &[&str]) -> (bool, String) {
+        self.run_hook("Pod", kubeconfig, extra)
+    }
+
+    fn run_hook(&self, kind: &str, kubeconfig: &Path, extra: &[&str]) -> (bool, String) {
         let hooks = self.helm(&["get", "hooks", &self.name, "-n", &self.namespace]);
         let output = Command::new(env!("CARGO_BIN_EXE_statusguard"))
-            .args(container_args(&hooks, "Job"))
+            .args(container_args(&hooks, kind))
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .output()
             .unwrap();
-        let said = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "{said}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        said
+        let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), said)
     }
 }

@@ -1,0 +1,350 @@
+//! `statusguard probe`: calls each webhook of a live configuration the way
+//! the API server does — at its Service name (or URL), trusting only its
+//! `caBundle`, over HTTP/1.1 — with a status UPDATE that changes nothing,
+//! and checks the answer: the uid echoed and the write allowed. It is the
+//! chart's `helm test`, and a check after an install or a certificate
+//! rotation: the Service routes to a serving replica, the certificate is
+//! valid for the name the API server dials and chains to the bundle it
+//! trusts, and the server decides.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use kube::api::Api;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::json;
+use tokio_rustls::TlsConnector;
+
+use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
+
+/// Why a probe could not run, or what a webhook answered wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The Kubernetes API could not be read.
+    #[error("cannot read {what}: {source}")]
+    Kube {
+        /// What was being read.
+        what: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+    /// The validating configuration does not exist.
+    #[error("ValidatingWebhookConfiguration {0} not found (is the release installed under this name?)")]
+    NotFound(String),
+    /// The ownership document guards resources, but no webhook is registered.
+    #[error(
+        "the ownership document in {configmap} guards {resources} resource(s) but {name} has no webhook: no server has registered them (are the pods running? their logs say why)"
+    )]
+    NotRegistered {
+        /// The configurations.
+        name: String,
+        /// The ConfigMap.
+        configmap: ConfigMapRef,
+        /// How many resources the document guards.
+        resources: usize,
+    },
+    /// The ownership document could not be read.
+    #[error(transparent)]
+    Document(#[from] LoadError),
+    /// One or more webhooks did not answer as they should.
+    #[error("{failed} of {total} webhook(s) failed the probe")]
+    Failed {
+        /// How many failed.
+        failed: usize,
+        /// How many were probed.
+        total: usize,
+    },
+}
+
+/// One webhook's probe.
+#[derive(Debug)]
+pub struct Probed {
+    /// The configuration's kind and the webhook's name.
+    pub webhook: String,
+    /// Where it was called.
+    pub url: String,
+    /// How long the call took, or why it failed.
+    pub result: Result<Duration, String>,
+}
+
+impl fmt::Display for Probed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.result {
+            Ok(took) => write!(
+                f,
+                "ok    {} at {}: allowed in {} ms",
+                self.webhook,
+                self.url,
+                took.as_millis()
+            ),
+            Err(why) => write!(f, "FAIL  {} at {}: {why}", self.webhook, self.url),
+        }
+    }
+}
+
+/// What to probe and how.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// The webhook configurations' name (the server's `--register-webhooks`).
+    pub name: String,
+    /// The ownership ConfigMap: with it, an empty configuration is an error
+    /// when the document guards resources.
+    pub configmap: Option<ConfigMapRef>,
+    /// Dial this `host:port` instead of the name in the configuration
+    /// (a port-forward, or a machine without cluster DNS); TLS still checks
+    /// the configuration's name.
+    pub connect_to: Option<String>,
+    /// Limit on each call.
+    pub timeout: Duration,
+}
+
+/// Probes every webhook of the validating and mutating configurations
+/// `options.name`, and returns each one's result (none when no resource is
+/// guarded). See [`failures`] for the verdict.
+pub async fn probe(client: &kube::Client, options: &ProbeOptions) -> Result<Vec<Probed>, ProbeError> {
+    let read = |what: &str, source| ProbeError::Kube {
+        what: format!("{what} {}", options.name),
+        source,
+    };
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating = validating
+        .get_opt(&options.name)
+        .await
+        .map_err(|e| read("ValidatingWebhookConfiguration", e))?
+        .ok_or_else(|| ProbeError::NotFound(options.name.clone()))?;
+    let mutating = mutating
+        .get_opt(&options.name)
+        .await
+        .map_err(|e| read("MutatingWebhookConfiguration", e))?;
+
+    let mut hooks: Vec<(String, WebhookClientConfig, Option<Resource>)> = Vec::new();
+    for hook in validating.webhooks.unwrap_or_default() {
+        let resource = hook.rules.as_deref().and_then(Resource::first_of);
+        hooks.push((format!("validating {}", hook.name), hook.client_config, resource));
+    }
+    for hook in mutating.and_then(|m| m.webhooks).unwrap_or_default() {
+        let resource = hook.rules.as_deref().and_then(Resource::first_of);
+        hooks.push((format!("mutating {}", hook.name), hook.client_config, resource));
+    }
+    if hooks.is_empty()
+        && let Some(configmap) = &options.configmap
+    {
+        let document = fetch_configmap(client, configmap).await?;
+        if !document.resources().is_empty() {
+            return Err(ProbeError::NotRegistered {
+                name: options.name.clone(),
+                configmap: configmap.clone(),
+                resources: document.resources().len(),
+            });
+        }
+    }
+
+    let mut probed = Vec::with_capacity(hooks.len());
+    for (webhook, config, resource) in hooks {
+        let target = Target::of(&config, options.connect_to.as_deref());
+        let url = target
+            .as_ref()
+            .map_or_else(|e| e.clone(), |t| format!("https://{}{}", t.server_name_port, t.path));
+        let result = match (target, resource) {
+            (Err(why), _) => Err(why),
+            (Ok(_), None) => Err("the webhook has no rule to build a review from".to_owned()),
+            (Ok(target), Some(resource)) => {
+                let started = Instant::now();
+                match tokio::time::timeout(options.timeout, call(&target, &resource)).await {
+                    Ok(Ok(())) => Ok(started.elapsed()),
+                    Ok(Err(why)) => Err(why),
+                    Err(_) => Err(format!("no answer within {:?}", options.timeout)),
+                }
+            }
+        };
+        probed.push(Probed { webhook, url, result });
+    }
+    Ok(probed)
+}
+
+/// The resource of a webhook's first rule, for the review the probe sends.
+#[derive(Debug, Clone)]
+struct Resource {
+    group: String,
+    version: String,
+    resource: String,
+}
+
+impl Resource {
+    fn first_of(rules: &[k8s_openapi::api::admissionregistration::v1::RuleWithOperations]) -> Option<Self> {
+        let rule = rules.first()?;
+        let first = |list: &Option<Vec<String>>| list.as_ref()?.first().cloned();
+        let resource = first(&rule.resources)?;
+        Some(Self {
+            group: first(&rule.api_groups)?,
+            version: first(&rule.api_versions)?,
+            resource: resource.split('/').next().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// Where and how a webhook is called.
+#[derive(Debug)]
+struct Target {
+    /// The name TLS verifies.
+    server_name: String,
+    /// `name:port` as the configuration says.
+    server_name_port: String,
+    /// What is dialled.
+    dial: String,
+    path: String,
+    trusted: Vec<CertificateDer<'static>>,
+}
+
+impl Target {
+    fn of(config: &WebhookClientConfig, connect_to: Option<&str>) -> Result<Self, String> {
+        let (server_name, port, path) = match (&config.service, &config.url) {
+            (Some(service), _) => (
+                format!("{}.{}.svc", service.name, service.namespace),
+                service.port.unwrap_or(443),
+                service.path.clone().unwrap_or_else(|| "/".to_owned()),
+            ),
+            (None, Some(url)) => {
+                let uri: hyper::Uri = url.parse().map_err(|e| format!("bad url {url}: {e}"))?;
+                let host = uri.host().ok_or_else(|| format!("no host in {url}"))?;
+                (
+                    host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                    uri.port_u16().map_or(443, i32::from),
+                    uri.path().to_owned(),
+                )
+            }
+            (None, None) => return Err("the webhook names neither a service nor a url".to_owned()),
+        };
+        let bundle = config
+            .ca_bundle
+            .as_ref()
+            .map(|b| b.0.clone())
+            .filter(|b| !b.is_empty())
+            .ok_or("the webhook has no caBundle (the server has not published its CA yet)")?;
+        let trusted: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bundle)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("the caBundle is not PEM: {e}"))?;
+        if trusted.is_empty() {
+            return Err("the caBundle holds no certificate".to_owned());
+        }
+        let server_name_port = match server_name.contains(':') {
+            true => format!("[{server_name}]:{port}"),
+            false => format!("{server_name}:{port}"),
+        };
+        Ok(Self {
+            dial: connect_to.map_or_else(|| server_name_port.clone(), str::to_owned),
+            server_name,
+            server_name_port,
+            path,
+            trusted,
+        })
+    }
+}
+
+/// One call: TLS to the target trusting only its bundle, a status UPDATE
+/// that changes nothing, and the answer checked.
+async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &target.trusted {
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("the caBundle's certificate is unusable: {e}"))?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from(target.server_name.clone()).map_err(|e| format!("bad server name: {e}"))?;
+    let tcp = tokio::net::TcpStream::connect(&target.dial)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", target.dial))?;
+    let stream = TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS with {} failed: {e}", target.server_name))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP handshake: {e}"))?;
+    tokio::spawn(connection);
+
+    let uid = format!("statusguard-probe-{}", rand::random::<u64>());
+    let object = json!({
+        "apiVersion": format!("{}/{}", resource.group, resource.version).trim_start_matches('/'),
+        "kind": "Probe",
+        "metadata": {"name": "statusguard-probe", "namespace": "default", "uid": uid},
+        "status": {},
+    });
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": resource.group, "version": resource.version, "kind": "Probe"},
+            "resource": {"group": resource.group, "version": resource.version, "resource": resource.resource},
+            "subResource": "status",
+            "name": "statusguard-probe",
+            "namespace": "default",
+            "operation": "UPDATE",
+            "userInfo": {"username": "statusguard:probe"},
+            "object": object,
+            "oldObject": object,
+            "dryRun": true,
+        },
+    });
+    let request = hyper::Request::post(&target.path)
+        .header(hyper::header::HOST, &target.server_name_port)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(review.to_string())))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("the request failed: {e}"))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("the answer could not be read: {e}"))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()));
+    }
+    let answer: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(&body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+    let response = answer.response.ok_or("the AdmissionReview has no response")?;
+    if response.uid != uid {
+        return Err(format!("the uid was not echoed: sent {uid}, got {}", response.uid));
+    }
+    if !response.allowed {
+        return Err(format!(
+            "a write that changes nothing was denied: {}",
+            response.result.message
+        ));
+    }
+    Ok(())
+}
+
+/// `Err(Failed)` when any probe failed.
+pub fn failures(probed: &[Probed]) -> Result<(), ProbeError> {
+    match probed.iter().filter(|p| p.result.is_err()).count() {
+        0 => Ok(()),
+        failed => Err(ProbeError::Failed {
+            failed,
+            total: probed.len(),
+        }),
+    }
+}
