@@ -1,5 +1,5 @@
 # The everyday commands. `make help` lists them.
-.PHONY: help run fmt lint deny test test-one bench fuzz fuzz-short ci
+.PHONY: help run fmt lint deny test test-one bench fuzz fuzz-short image ci
 
 FUZZ_TARGETS := review_decide ownership_document trim_patch merge_patch
 FUZZ_SECONDS ?= 600
@@ -41,6 +41,9 @@ fuzz: ## every fuzz target for FUZZ_SECONDS each (cargo install cargo-fuzz; nigh
 
 fuzz-short: ## every fuzz target for 20 s, from the committed seeds (what CI runs)
 	$(MAKE) fuzz FUZZ_SECONDS=20
+
+image: ## the container image without a container engine, checked (IMAGE=REPO:TAG also pushes)
+	image/build.sh
 
 ci: ## what CI runs
 	bash .ci/run

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds the statusguard container image without a container engine, then
+# checks it. The image is what the Dockerfile describes: one static binary
+# at /statusguard on an empty (scratch) base, run as 65532:65532.
+#
+#   image/build.sh                 build and check; writes target/image/statusguard-<version>.tar
+#   IMAGE=REPO:TAG image/build.sh  also copy the checked image to that registry
+#                                  (crane's credentials: ~/.docker/config.json)
+#
+# How: cargo builds the binary statically (glibc, -C target-feature=+crt-static;
+# in a pod the binary reaches the API server by the IP in
+# KUBERNETES_SERVICE_HOST, so the static glibc's lack of NSS modules never
+# matters). crane, built from the Go module pinned in image/crane, assembles
+# the image in a registry of its own that lives for the length of the build
+# (`crane registry serve` on loopback), sets its config, validates it, and
+# writes it as a tarball that `docker load`, `podman load`, `crane push`,
+# kind and containerd (`ctr images import`) all take.
+#
+# The checks: the manifest and layers validate; the config says
+# linux/amd64, user 65532:65532, entrypoint /statusguard, cmd serve, ports
+# 8443 and 8080; the filesystem holds exactly /statusguard, mode 0755,
+# owned by root; the binary has no ELF interpreter (static), and the copy
+# taken out of the image runs `--version`, checks the example document, and
+# serves until /readyz answers 200. The layer is reproducible (fixed owner,
+# mode and time): the same binary gives the same digest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { echo "image: $*" >&2; }
+fail() { echo "image: FAILED: $*" >&2; exit 1; }
+
+for tool in cargo go tar readelf python3; do
+  command -v "$tool" >/dev/null || fail "needs $tool on the machine"
+done
+
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+target=x86_64-unknown-linux-gnu
+work=target/image
+mkdir -p "$work"
+out="$work/statusguard-$version.tar"
+
+# crane, pinned by image/crane/go.sum, cached by that pin.
+cache=${STATUSGUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/statusguard}
+key=$(cat image/crane/go.mod image/crane/go.sum | sha256sum | cut -c1-12)
+crane="$cache/tools/crane-$key"
+if [[ ! -x "$crane" ]]; then
+  say "building crane from image/crane (first run only)"
+  mkdir -p "$cache/tools"
+  (cd image/crane && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$crane.partial" \
+    github.com/google/go-containerregistry/cmd/crane)
+  mv "$crane.partial" "$crane"
+fi
+
+say "building the static binary (release, $target)"
+# --target: the build scripts and proc-macros stay dynamic; only the binary is static.
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --release \
+  --target "$target" --target-dir "$work/cargo" --bin statusguard
+binary="$work/cargo/$target/release/statusguard"
+if readelf -l "$binary" | grep -q 'INTERP'; then
+  fail "$binary asks for a dynamic loader: it is not static"
+fi
+
+# One layer: /statusguard, reproducible (fixed owner, mode and time).
+staging=$(mktemp -d)
+registry_pid=""
+cleanup() {
+  [[ -n "$registry_pid" ]] && kill "$registry_pid" 2>/dev/null || true
+  rm -rf "$staging"
+}
+trap cleanup EXIT
+install -m 0755 "$binary" "$staging/statusguard"
+tar --owner=0 --group=0 --numeric-owner --mtime=@0 --sort=name \
+  -cf "$staging/layer.tar" -C "$staging" statusguard
+
+# A registry of crane's own on a loopback port, for the length of the build.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$crane" registry serve --address "127.0.0.1:$port" >"$staging/registry.log" 2>&1 &
+registry_pid=$!
+for _ in $(seq 50); do
+  "$crane" catalog --insecure "127.0.0.1:$port" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+ref="127.0.0.1:$port/statusguard:$version"
+
+say "assembling $ref"
+log="$staging/crane.log"
+"$crane" append --insecure --oci-empty-base --platform linux/amd64 \
+  -f "$staging/layer.tar" -t "$ref" >/dev/null 2>"$log" || { cat "$log" >&2; fail "crane append"; }
+"$crane" mutate --insecure "$ref" -t "$ref" \
+  --set-platform linux/amd64 \
+  --entrypoint /statusguard --cmd serve \
+  --user 65532:65532 \
+  --exposed-ports 8443/tcp,8080/tcp \
+  -l org.opencontainers.image.title=statusguard \
+  -l org.opencontainers.image.version="$version" \
+  -l org.opencontainers.image.licenses="$(sed -n 's/^license = "\(.*\)"/\1/p' Cargo.toml | head -n1)" \
+  >/dev/null 2>"$log" || { cat "$log" >&2; fail "crane mutate"; }
+
+say "checking it"
+"$crane" validate --insecure --remote "$ref" >/dev/null || fail "crane validate"
+config=$("$crane" config --insecure "$ref")
+cat >"$staging/check.py" <<'EOF'
+import json, sys
+config = json.load(sys.stdin)
+expected = {
+    "os": "linux",
+    "architecture": "amd64",
+    "config.User": "65532:65532",
+    "config.Entrypoint": ["/statusguard"],
+    "config.Cmd": ["serve"],
+    "config.ExposedPorts": {"8080/tcp": {}, "8443/tcp": {}},
+}
+for path, want in expected.items():
+    value = config
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value != want:
+        sys.exit(f"config {path}: {value!r}, expected {want!r}")
+EOF
+python3 "$staging/check.py" <<<"$config" || fail "the image config"
+listing=$("$crane" export --insecure "$ref" - | tar -tv --numeric-owner)
+[[ $(wc -l <<<"$listing") -eq 1 ]] || fail "the filesystem holds more than /statusguard: $listing"
+grep -Eq '^-rwxr-xr-x 0/0 .* statusguard$' <<<"$listing" || fail "unexpected entry: $listing"
+mkdir -p "$staging/root"
+"$crane" export --insecure "$ref" - | tar -x -C "$staging/root"
+"$staging/root/statusguard" --version >/dev/null || fail "the image's binary does not run"
+"$staging/root/statusguard" check examples/ownership.yaml >/dev/null || fail "the image's binary cannot check a document"
+# And it serves: TLS and the admin port up, ready on the embedded document.
+read -r tls_port admin_port < <(python3 -c 'import socket
+ports = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ports.append(s.getsockname()[1]); s.close()
+print(*ports)')
+"$staging/root/statusguard" serve --listen "127.0.0.1:$tls_port" --admin-listen "127.0.0.1:$admin_port" \
+  >"$staging/serve.log" 2>&1 &
+serve_pid=$!
+ready=false
+for _ in $(seq 100); do
+  if python3 -c "import urllib.request, sys; urllib.request.urlopen('http://127.0.0.1:$admin_port/readyz', timeout=1)" 2>/dev/null; then
+    ready=true
+    break
+  fi
+  sleep 0.1
+done
+kill "$serve_pid" 2>/dev/null || true
+wait "$serve_pid" 2>/dev/null || true
+$ready || { cat "$staging/serve.log" >&2; fail "the image's binary did not become ready serving"; }
+
+"$crane" pull --insecure "$ref" "$out.partial"
+mv "$out.partial" "$out"
+digest=$("$crane" digest --insecure "$ref")
+size=$(du -h "$out" | cut -f1)
+say "ok: $out ($size), statusguard:$version@$digest, static, non-root, scratch"
+
+if [[ -n "${IMAGE:-}" ]]; then
+  say "copying to $IMAGE"
+  "$crane" copy --insecure "$ref" "$IMAGE"
+fi
