@@ -120,6 +120,43 @@ pub struct ServeArgs {
     /// Certificates the server keeps itself.
     #[command(flatten)]
     pub managed_certs: ManagedCertArgs,
+    /// What the server records of the status writes it sees, and the Events.
+    #[command(flatten)]
+    pub observe: ObserveArgs,
+}
+
+/// The observer of status writes (`GET /observed` on the admin port) and
+/// the Events of denied and trimmed writes.
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    /// Status writes of guarded resources read per second at most, off the
+    /// request path (which identity changed which items); 0: none.
+    #[arg(long, default_value_t = 200, env = "STATUSGUARD_OBSERVE_RATE")]
+    pub observe_rate: u32,
+    /// Identities the record names; writes of more are counted as "(other)".
+    #[arg(long, default_value_t = 256, env = "STATUSGUARD_OBSERVE_MAX_IDENTITIES")]
+    pub observe_max_identities: usize,
+    /// A Warning Event on the object for each denied or trimmed write (when
+    /// the server talks to a cluster: --configmap, --register-webhooks or
+    /// --manage-certificates).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "STATUSGUARD_EVENTS")]
+    pub events: bool,
+    /// At most one Event per object, reason and writer in this interval;
+    /// repeats become the Event's series count.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "STATUSGUARD_EVENT_INTERVAL")]
+    pub event_interval: Duration,
+}
+
+impl ObserveArgs {
+    /// The observer's configuration.
+    pub fn config(&self) -> crate::server::observer::ObserveConfig {
+        crate::server::observer::ObserveConfig {
+            rate_per_second: self.observe_rate,
+            max_identities: self.observe_max_identities,
+            max_items: 256,
+            event_interval: self.events.then_some(self.event_interval),
+        }
+    }
 }
 
 /// Certificates the server keeps itself, in a Secret its replicas share.
@@ -310,6 +347,7 @@ impl ServeArgs {
             shutdown_timeout: self.shutdown_timeout,
             managed_certs: managed_certs.clone(),
             registration: self.webhooks.registration(managed_certs.is_some()),
+            observe: self.observe.config(),
         }
     }
 }

@@ -44,6 +44,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod decision;
+pub mod observe;
 pub mod ownership;
 pub mod pipeline;
 pub mod review;

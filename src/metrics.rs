@@ -42,6 +42,20 @@ pub(crate) struct ResultLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ObservedLabels {
+    pub group: String,
+    pub resource: String,
+    /// Bounded: the observer's identity cap, then `(other)`.
+    pub writer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EventLabels {
+    pub reason: &'static str,
+    pub result: &'static str,
+}
+
 /// The server's metrics registry and the families it records into.
 pub struct Metrics {
     registry: Registry,
@@ -56,6 +70,9 @@ pub struct Metrics {
     webhooks_generation: Gauge,
     webhook_syncs: Family<ResultLabels, Counter>,
     serving_certificate_expiry: Gauge,
+    observed_writes: Family<ObservedLabels, Counter>,
+    observations_skipped: Family<ResultLabels, Counter>,
+    events: Family<EventLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -137,6 +154,24 @@ impl Default for Metrics {
             "When the serving certificate the server keeps itself stops being valid (Unix time; 0: not kept by the server)",
             serving_certificate_expiry.clone(),
         );
+        let observed_writes = Family::<ObservedLabels, Counter>::default();
+        registry.register(
+            "observed_writes",
+            "Status UPDATEs of guarded resources seen by the observer (GET /observed has the items), by writer",
+            observed_writes.clone(),
+        );
+        let observations_skipped = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "observations_skipped",
+            "Status UPDATEs the observer did not read, by reason (rate: over --observe-rate, queue: its queue was full, unreadable)",
+            observations_skipped.clone(),
+        );
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "events",
+            "Kubernetes Events for denied and trimmed writes, by reason and result (sent, limited: within --event-interval of the last one for the object, dropped: queue full, failed)",
+            events.clone(),
+        );
         // Counters that exist at 0 from the start, so that rate() and alerts
         // see the first increment.
         for result in ["success", "error"] {
@@ -158,6 +193,9 @@ impl Default for Metrics {
             webhooks_generation,
             webhook_syncs,
             serving_certificate_expiry,
+            observed_writes,
+            observations_skipped,
+            events,
         }
     }
 }
@@ -251,6 +289,27 @@ impl Metrics {
     /// The serving certificate the server keeps itself ends at `not_after`.
     pub fn serving_certificate_expiry(&self, not_after: Option<i64>) {
         self.serving_certificate_expiry.set(not_after.unwrap_or_default());
+    }
+
+    /// The observer counted a write of `writer` (its bounded identity).
+    pub fn observed(&self, group: &str, resource: &str, writer: &str) {
+        self.observed_writes
+            .get_or_create(&ObservedLabels {
+                group: group.to_owned(),
+                resource: resource.to_owned(),
+                writer: writer.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A write the observer did not read, and why.
+    pub fn observation_skipped(&self, result: &'static str) {
+        self.observations_skipped.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// An Event for a decision, and what became of it.
+    pub fn event(&self, reason: &'static str, result: &'static str) {
+        self.events.get_or_create(&EventLabels { reason, result }).inc();
     }
 
     /// The Prometheus text exposition.

@@ -312,7 +312,8 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
         match_conditions: Some(conditions.clone()),
         namespace_selector: registration.namespace_selector.clone(),
         object_selector: registration.object_selector.clone(),
-        side_effects: "None".to_owned(),
+        // Denied and trimmed writes get an Event, never for a dry run.
+        side_effects: "NoneOnDryRun".to_owned(),
         admission_review_versions: vec!["v1".to_owned()],
         timeout_seconds: Some(group.timeout_seconds),
     };

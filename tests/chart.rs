@@ -166,6 +166,9 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         "--cert-validity=90d",
         "--webhook-failure-policy=fail",
         "--webhook-timeout-seconds=5",
+        "--events=true",
+        "--event-interval=5s",
+        "--observe-rate=200",
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} not in {args:?}");
     }
@@ -211,8 +214,21 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]}])
+                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
+               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
     );
+    let quiet = documents(&template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap());
+    let role = quiet.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        role["rules"].as_array().unwrap().len(),
+        1,
+        "no Events, no grant: {role}"
+    );
+    let quiet_args = container_args(
+        &template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap(),
+        "Deployment",
+    );
+    assert!(quiet_args.contains(&"--events=false".to_owned()), "{quiet_args:?}");
     let role = find("Role");
     assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));
     assert_eq!(
@@ -436,6 +452,7 @@ fn helm_test_probes_the_webhooks() {
             "--configmap=statusguard-system/sg-statusguard-ownership"
         ]
     );
+    assert_eq!(container_args(&manifests, "Pod")[3], "--timeout=10s");
     // No pod of a hook carries the Service's selector labels.
     let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
     assert!(

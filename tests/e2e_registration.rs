@@ -30,6 +30,8 @@ use support::webhook::{BinaryServer, eventually, free_port, metric};
 const RELEASE: &str = "reg";
 const NAMESPACE: &str = "statusguard-registration";
 const NAME: &str = "reg-statusguard";
+/// The release's webhook configurations: its full name and namespace.
+const WEBHOOKS: &str = "reg-statusguard-statusguard-registration";
 const CONFIGMAP: &str = "reg-statusguard-ownership";
 const EXAMPLE: &str = include_str!("../examples/ownership.yaml");
 
@@ -57,7 +59,7 @@ fn overlapping() -> String {
 /// The webhooks the server registered, as (name, failurePolicy, resources).
 async fn registered(s: &Scenario) -> Vec<(String, String, Vec<String>)> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
-    let Some(configuration) = api.get_opt(NAME).await.unwrap() else {
+    let Some(configuration) = api.get_opt(WEBHOOKS).await.unwrap() else {
         return vec![];
     };
     configuration
@@ -179,7 +181,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
         || async {
             registered(&s).await
                 == vec![(
-                    "validate.reg-statusguard.statusguard.dev".to_owned(),
+                    "validate.reg-statusguard-statusguard-registration.statusguard.dev".to_owned(),
                     "Fail".to_owned(),
                     vec!["widgets/status".to_owned()],
                 )]
@@ -227,7 +229,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     eventually(Duration::from_secs(30), "the audit webhook is registered", || async {
         registered(&s).await
             == vec![(
-                "audit.reg-statusguard.statusguard.dev".to_owned(),
+                "audit.reg-statusguard-statusguard-registration.statusguard.dev".to_owned(),
                 "Ignore".to_owned(),
                 vec!["widgets/status".to_owned()],
             )]
@@ -249,8 +251,8 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
     // Longer than the server's 2 s wake-up: it stood down, it re-applies nothing.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(validating.get_opt(NAME).await.unwrap().is_none());
-    assert!(mutating.get_opt(NAME).await.unwrap().is_none());
+    assert!(validating.get_opt(WEBHOOKS).await.unwrap().is_none());
+    assert!(mutating.get_opt(WEBHOOKS).await.unwrap().is_none());
     let metrics = server.metrics().await;
     assert_eq!(
         metric(&metrics, "statusguard_webhook_syncs_total{result=\"stood_down\"}"),

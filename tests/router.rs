@@ -18,7 +18,12 @@ const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
 fn app_with_rules() -> Arc<App> {
-    let app = App::new(Arc::new(Metrics::default()), 16 * 1024 * 1024, Duration::from_secs(5));
+    let app = App::new(
+        Arc::new(Metrics::default()),
+        16 * 1024 * 1024,
+        Duration::from_secs(5),
+        Default::default(),
+    );
     app.rules.replace(RulesSource::Embedded.load_local().unwrap());
     app
 }
@@ -78,7 +83,12 @@ async fn review(router: Router, path: &str, body: String) -> Value {
 
 #[tokio::test]
 async fn readiness_follows_the_rules_and_the_shutdown() {
-    let app = App::new(Arc::new(Metrics::default()), 1024, Duration::from_secs(1));
+    let app = App::new(
+        Arc::new(Metrics::default()),
+        1024,
+        Duration::from_secs(1),
+        Default::default(),
+    );
     let router = || admin::router(app.clone());
     let (status, _, body) = call(router(), Method::GET, "/readyz", Body::empty()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -99,7 +109,12 @@ async fn readiness_follows_the_rules_and_the_shutdown() {
 
 #[tokio::test]
 async fn without_rules_a_review_gets_503_for_the_failure_policy() {
-    let app = App::new(Arc::new(Metrics::default()), 1024 * 1024, Duration::from_secs(1));
+    let app = App::new(
+        Arc::new(Metrics::default()),
+        1024 * 1024,
+        Duration::from_secs(1),
+        Default::default(),
+    );
     let body = review_text(SCALER, &[], "{}", "{}");
     let (status, _, text) = call(admission::router(app), Method::POST, "/validate", body).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
@@ -107,7 +122,12 @@ async fn without_rules_a_review_gets_503_for_the_failure_policy() {
 
 #[tokio::test]
 async fn methods_paths_and_limits() {
-    let app = App::new(Arc::new(Metrics::default()), 1024, Duration::from_secs(1));
+    let app = App::new(
+        Arc::new(Metrics::default()),
+        1024,
+        Duration::from_secs(1),
+        Default::default(),
+    );
     app.rules.replace(RulesSource::Embedded.load_local().unwrap());
     let router = || admission::router(app.clone());
     assert_eq!(
@@ -208,6 +228,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         shutdown_delay: Duration::ZERO,
         registration: None,
         managed_certs: None,
+        observe: Default::default(),
     };
     let server = statusguard::server::Server::bind(config.clone()).await.unwrap();
     assert_eq!(

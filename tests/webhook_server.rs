@@ -548,3 +548,51 @@ async fn a_second_signal_exits_at_once() {
     let status = exited.expect("the second signal ends the process");
     assert_eq!(status.code(), Some(130));
 }
+
+/// Issue 16: every status write of a guarded resource is recorded off the
+/// request path, by identity and item, denied or not; a dry run is not.
+#[tokio::test]
+async fn the_admin_port_serves_who_changed_which_items() {
+    let (server, client, _dir) = start_in_mode("enforce").await;
+    let url = server.url("/validate");
+    review_response(&client, &url, &stale_review()).await;
+    let mut dry = stale_review();
+    dry["request"]["dryRun"] = json!(true);
+    dry["request"]["userInfo"]["username"] = json!("dry-runner");
+    review_response(&client, &url, &dry).await;
+    // A second write by the same writer, of another item only.
+    let mut second = stale_review();
+    second["request"]["object"]["status"] = second["request"]["oldObject"]["status"].clone();
+    second["request"]["object"]["status"]["replicas"] = json!(7);
+    review_response(&client, &url, &second).await;
+    let observed = support::wait::retry_until(Duration::from_secs(5), "both writes are recorded", || async {
+        let observed: Value = plain_client()
+            .get(server.admin_url("/observed"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match observed["resources"][0]["writers"][0]["writes"].as_u64() {
+            Some(2) => Ok(observed),
+            _ => Err(observed),
+        }
+    })
+    .await;
+    let writers = observed["resources"][0]["writers"].as_array().unwrap();
+    assert_eq!(writers.len(), 1, "the dry run is not recorded: {observed}");
+    assert_eq!(
+        writers[0],
+        json!({"identity": "system:serviceaccount:platform:widget-scaler", "writes": 2,
+               "fields": {"observedGeneration": 1, "replicas": 2}, "conditions": {"Ready": 1}})
+    );
+    assert_eq!(observed["resources"][0]["resource"], "widgets");
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains(
+            "statusguard_observed_writes_total{group=\"example.com\",resource=\"widgets\",writer=\"system:serviceaccount:platform:widget-scaler\"} 2"
+        ),
+        "{metrics}"
+    );
+}

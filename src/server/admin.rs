@@ -10,13 +10,19 @@ use axum::routing::get;
 
 use crate::server::app::App;
 
-/// The admin port's routes: `/healthz`, `/readyz`, `/metrics`.
+/// The admin port's routes: `/healthz`, `/readyz`, `/metrics`, and
+/// `/observed` (who changed which status items, as JSON).
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/observed", get(observed))
         .with_state(app)
+}
+
+async fn observed(State(app): State<Arc<App>>) -> impl IntoResponse {
+    axum::Json(app.observations.snapshot())
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {

@@ -14,6 +14,7 @@ use axum::routing::post;
 use tracing::field::Empty;
 
 use crate::decision::{Decision, Endpoint, Outcome};
+use crate::ownership::{Mode, Ownership};
 use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
 use crate::server::app::App;
 
@@ -74,8 +75,27 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     let answer = answer(rules.as_deref(), &body, endpoint);
     let elapsed = started.elapsed();
     record(&app, endpoint, &answer, elapsed);
+    if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
+        observe(&app, endpoint, &body, rules, decision);
+    }
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
+}
+
+/// Offers a status write of a guarded resource to the observer, once per
+/// write: at `/mutate` for trim resources (`/validate` then sees the
+/// trimmed object), at `/validate` for the others.
+fn observe(app: &App, endpoint: Endpoint, body: &Bytes, rules: Arc<Ownership>, decision: &Decision) {
+    let Some(resource) = rules.resource(&decision.labels.group, &decision.labels.resource) else {
+        return;
+    };
+    let observed_at = match resource.mode {
+        Mode::Trim => Endpoint::Mutate,
+        _ => Endpoint::Validate,
+    };
+    if endpoint == observed_at {
+        app.observations.offer(&app.metrics, body, rules, decision);
+    }
 }
 
 /// Metrics for every answer, a log line for every denial, trim, warning

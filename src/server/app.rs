@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
+use crate::server::observer::{Observations, ObserveConfig};
 
 /// State shared by the handlers.
 #[derive(Debug)]
@@ -28,11 +29,18 @@ pub struct App {
     registration_changed: Notify,
     /// The CA bundle of the certificates the server keeps itself, if it does.
     trust_bundle: ArcSwapOption<Vec<u8>>,
+    /// What writers change, and Events: fed off the request path.
+    pub observations: Observations,
 }
 
 impl App {
     /// Fresh state: no rules in force, not shutting down.
-    pub fn new(metrics: Arc<Metrics>, max_body_bytes: usize, request_timeout: Duration) -> Arc<Self> {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        max_body_bytes: usize,
+        request_timeout: Duration,
+        observe: ObserveConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             rules: RuleStore::new(metrics.clone()),
             metrics,
@@ -42,6 +50,7 @@ impl App {
             registration_disabled: AtomicBool::new(false),
             registration_changed: Notify::new(),
             trust_bundle: ArcSwapOption::empty(),
+            observations: Observations::new(observe),
         })
     }
 

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod app;
 pub mod ca;
+pub mod observer;
 pub mod register;
 pub mod watch;
 
@@ -63,6 +64,10 @@ pub struct ServeConfig {
     pub registration: Option<Registration>,
     /// Keep a CA and serving certificate in this Secret (instead of `tls_files`).
     pub managed_certs: Option<ca::ManagedCerts>,
+    /// What the observer of status writes may do; its Events are sent only
+    /// when the server talks to a cluster anyway (a ConfigMap, registration
+    /// or certificates it keeps).
+    pub observe: observer::ObserveConfig,
 }
 
 /// Why the server could not start.
@@ -128,6 +133,8 @@ pub struct Server {
     configmap_watch: Option<ConfigMapWatch>,
     registration: Option<(kube::Client, Registration)>,
     managed_certs: Option<(kube::Client, ca::ManagedCerts, Arc<SwappableCert>, crate::certs::Stored)>,
+    /// For the Events of denied and trimmed writes.
+    client: Option<kube::Client>,
 }
 
 impl Server {
@@ -137,6 +144,7 @@ impl Server {
             Arc::new(Metrics::default()),
             config.max_body_bytes,
             config.request_timeout,
+            config.observe.clone(),
         );
 
         let needs_client = matches!(config.rules, RulesSource::ConfigMap(_))
@@ -224,6 +232,7 @@ impl Server {
             configmap_watch,
             registration,
             managed_certs,
+            client,
         })
     }
 
@@ -257,6 +266,7 @@ impl Server {
             configmap_watch,
             registration,
             managed_certs,
+            client,
         } = self;
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
@@ -277,6 +287,7 @@ impl Server {
         if let Some((client, registration)) = registration {
             background.spawn(register::keep_registered(client, registration, app.clone()));
         }
+        app.observations.spawn(app.metrics.clone(), client, &mut background);
         let admin = admin::router(app.clone());
         background.spawn(async move {
             if let Err(e) = axum::serve(admin_listener, admin).await {

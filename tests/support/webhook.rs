@@ -40,6 +40,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         shutdown_delay: Duration::ZERO,
         registration: None,
         managed_certs: None,
+        observe: Default::default(),
     }
 }
 
