@@ -76,6 +76,10 @@ pub enum Command {
     /// or URL, its caBundle) with a status write that changes nothing, and
     /// check the answer: the chart's `helm test`.
     Probe(ProbeArgs),
+    /// Draft an ownership document from the cluster as it is: who sets which
+    /// status items (managedFields, and the webhook's observed writes), and
+    /// where more than one writer does.
+    Suggest(SuggestArgs),
 }
 
 /// `statusguard serve`.
@@ -273,6 +277,25 @@ pub struct ProbeArgs {
     pub timeout: Duration,
 }
 
+/// `statusguard suggest`.
+#[derive(Debug, Args)]
+pub struct SuggestArgs {
+    /// RESOURCE.GROUP, e.g. widgets.example.com (a core resource alone).
+    #[arg(required = true)]
+    pub resources: Vec<String>,
+    /// Only this namespace's objects (default: all).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// A replica's observed writes: http://HOST:PORT/observed (its admin
+    /// port) or a saved copy; repeat for each replica. Maps field managers
+    /// to the identities the webhook enforces.
+    #[arg(long)]
+    pub observed: Vec<String>,
+    /// Where the conditions list lives below .status.
+    #[arg(long, default_value = "conditions")]
+    pub conditions: String,
+}
+
 /// `statusguard check`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
@@ -420,6 +443,38 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(check(&args).await),
+        Command::Suggest(args) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
+            let mut observed = Vec::new();
+            for source in &args.observed {
+                observed.push(crate::suggest::fetch::observed(source).await?);
+            }
+            let mut drafts = Vec::new();
+            for name in &args.resources {
+                let (group, resource) = crate::suggest::fetch::split_resource(name);
+                let objects = crate::suggest::fetch::objects(
+                    &client,
+                    &group,
+                    &resource,
+                    args.namespace.as_deref(),
+                    &args.conditions,
+                )
+                .await?;
+                drafts.push(crate::suggest::draft(
+                    &group,
+                    &resource,
+                    &args.conditions,
+                    &objects,
+                    &observed,
+                ));
+            }
+            let text = crate::suggest::render(&drafts)
+                .context("the draft is not a valid document (a bug: please report it)")?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Probe(args) => {
             let client = kube::Client::try_default()
                 .await

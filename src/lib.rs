@@ -49,6 +49,8 @@ pub mod ownership;
 pub mod pipeline;
 pub mod review;
 pub mod rules;
+#[cfg(feature = "client")]
+pub mod suggest;
 
 #[cfg(feature = "client")]
 pub mod flush;

@@ -1,0 +1,515 @@
+//! `statusguard suggest`: a draft ownership document from the cluster as it
+//! is. Each object's `managedFields` say which field manager set which
+//! status field and condition type through the status subresource; the
+//! webhook's record of observed writes (`GET /observed`) says which
+//! identity did. Field managers are names clients choose; identities are
+//! what the webhook enforces, so the draft uses identities where the record
+//! maps a manager to one, and otherwise names the manager for a human to map.
+//!
+//! Pure: the command line fetches the objects and the records.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use serde_json::Value;
+
+use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord};
+use crate::ownership::{Ownership, OwnershipError};
+
+/// An item of the status, as attributed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Item {
+    /// A field path below `.status` (dots between segments).
+    Field(String),
+    /// A condition type of a list keyed by type.
+    Condition(String),
+}
+
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::Field(path) => write!(f, "status.{path}"),
+            Item::Condition(ty) => write!(f, "condition {ty}"),
+        }
+    }
+}
+
+/// One object's status items by the field manager that set them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectFields {
+    /// `namespace/name`, or `name`.
+    pub object: String,
+    /// Manager to the items it manages through the status subresource.
+    pub managers: BTreeMap<String, BTreeSet<Item>>,
+    /// The conditions list is atomic (owned whole by its last writer).
+    pub atomic_conditions: BTreeSet<String>,
+}
+
+/// Reads an object's `managedFields`: the entries of the status
+/// subresource, each one's leaves below `.status` (`conditions_key` is the
+/// conditions list: its items keyed by type are condition types).
+pub fn object_fields(object: &str, entries: &[ManagedFieldsEntry], conditions_key: &str) -> ObjectFields {
+    let mut fields = ObjectFields {
+        object: object.to_owned(),
+        ..Default::default()
+    };
+    for entry in entries {
+        if entry.subresource.as_deref() != Some("status") {
+            continue;
+        }
+        let (Some(manager), Some(set)) = (&entry.manager, &entry.fields_v1) else {
+            continue;
+        };
+        let Some(status) = set.0.get("f:status") else {
+            continue;
+        };
+        let mut items = BTreeSet::new();
+        let mut atomic = false;
+        collect(status, &mut Vec::new(), conditions_key, &mut items, &mut atomic);
+        if atomic {
+            fields.atomic_conditions.insert(manager.clone());
+        }
+        if !items.is_empty() {
+            fields.managers.entry(manager.clone()).or_default().extend(items);
+        }
+    }
+    fields
+}
+
+/// The leaves of a fieldsV1 set: a member `f:NAME` with member children is
+/// an object (its leaves are named), with none (or only `.`) a leaf; a list
+/// keyed or set-valued (`k:`/`v:` children) is a leaf, except the
+/// conditions list at the top, whose `k:{"type":…}` items are condition types.
+fn collect(set: &Value, path: &mut Vec<String>, conditions_key: &str, items: &mut BTreeSet<Item>, atomic: &mut bool) {
+    let Some(members) = set.as_object() else {
+        return;
+    };
+    for (key, child) in members {
+        let Some(name) = key.strip_prefix("f:") else {
+            continue;
+        };
+        let children = child.as_object();
+        let field_children = children.is_some_and(|c| c.keys().any(|k| k.starts_with("f:")));
+        let keyed_children: Vec<&String> = children
+            .map(|c| c.keys().filter(|k| k.starts_with("k:")).collect())
+            .unwrap_or_default();
+        path.push(name.to_owned());
+        if path.len() == 1 && name == conditions_key {
+            let types: Vec<String> = keyed_children.iter().filter_map(|k| condition_key_type(k)).collect();
+            if types.is_empty() {
+                *atomic = true;
+            }
+            items.extend(types.into_iter().map(Item::Condition));
+        } else if field_children {
+            collect(child, path, conditions_key, items, atomic);
+        } else {
+            items.insert(Item::Field(path.join(".")));
+        }
+        path.pop();
+    }
+}
+
+/// `k:{"type":"Ready"}` to `Ready`.
+fn condition_key_type(key: &str) -> Option<String> {
+    let keys: Value = serde_json::from_str(key.strip_prefix("k:")?).ok()?;
+    keys.get("type")?.as_str().map(str::to_owned)
+}
+
+/// Who set an item, across the objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Setters {
+    /// By writer (an identity, or a field manager): the objects it set the item on.
+    pub by_writer: BTreeMap<String, Vec<String>>,
+    /// The field managers that set it.
+    pub managers: BTreeSet<String>,
+}
+
+/// The draft: the resource's writers, and where they collide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Draft {
+    /// The API group.
+    pub group: String,
+    /// The plural resource.
+    pub resource: String,
+    /// Where the conditions list lives below `.status`.
+    pub conditions_key: String,
+    /// How many objects were read.
+    pub objects: usize,
+    /// Item to who set it.
+    pub items: BTreeMap<Item, Setters>,
+    /// Field manager to the identity it runs as, where the record tells.
+    pub identities: BTreeMap<String, String>,
+    /// Managers that wrote an atomic conditions list.
+    pub atomic_conditions: BTreeSet<String>,
+}
+
+/// The items each identity changed, from the observed records (several
+/// replicas' records are summed).
+fn observed_items(records: &[&ResourceRecord]) -> BTreeMap<String, BTreeMap<Item, u64>> {
+    let mut by_identity: BTreeMap<String, BTreeMap<Item, u64>> = BTreeMap::new();
+    for record in records {
+        for writer in &record.writers {
+            if writer.identity == OTHER_IDENTITY {
+                continue;
+            }
+            let items = by_identity.entry(writer.identity.clone()).or_default();
+            for (path, n) in &writer.fields {
+                if path != OTHER_ITEM {
+                    *items.entry(Item::Field(path.clone())).or_default() += n;
+                }
+            }
+            for (ty, n) in &writer.conditions {
+                if ty != OTHER_ITEM {
+                    *items.entry(Item::Condition(ty.clone())).or_default() += n;
+                }
+            }
+        }
+    }
+    by_identity
+}
+
+/// Whether an observed item covers a managed one: the same condition type,
+/// or a field path that is the managed one or one of its parents.
+fn covers(observed: &Item, managed: &Item) -> bool {
+    match (observed, managed) {
+        (Item::Condition(a), Item::Condition(b)) => a == b,
+        (Item::Field(a), Item::Field(b)) => b == a || b.starts_with(&format!("{a}.")),
+        _ => false,
+    }
+}
+
+/// Builds the draft of one resource from its objects' fields and the
+/// observed records (of any resources: this one's are picked).
+pub fn draft(
+    group: &str,
+    resource: &str,
+    conditions_key: &str,
+    objects: &[ObjectFields],
+    observed: &[ObservedWriters],
+) -> Draft {
+    let records: Vec<&ResourceRecord> = observed
+        .iter()
+        .flat_map(|o| &o.resources)
+        .filter(|r| r.group == group && r.resource == resource)
+        .collect();
+    let by_identity = observed_items(&records);
+
+    // Each manager's items across the objects.
+    let mut manager_items: BTreeMap<String, BTreeSet<Item>> = BTreeMap::new();
+    for object in objects {
+        for (manager, items) in &object.managers {
+            manager_items
+                .entry(manager.clone())
+                .or_default()
+                .extend(items.iter().cloned());
+        }
+    }
+    // A manager runs as the identity whose observed writes cover most of its items.
+    let mut identities = BTreeMap::new();
+    for (manager, items) in &manager_items {
+        let best = by_identity
+            .iter()
+            .map(|(identity, seen)| {
+                let score = items.iter().filter(|m| seen.keys().any(|o| covers(o, m))).count();
+                (score, identity)
+            })
+            .filter(|(score, _)| *score > 0)
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+        if let Some((_, identity)) = best {
+            identities.insert(manager.clone(), identity.clone());
+        }
+    }
+    let writer_of = |manager: &str| identities.get(manager).cloned().unwrap_or_else(|| manager.to_owned());
+
+    let mut items: BTreeMap<Item, Setters> = BTreeMap::new();
+    for object in objects {
+        for (manager, managed) in &object.managers {
+            for item in managed {
+                let setters = items.entry(item.clone()).or_default();
+                setters.managers.insert(manager.clone());
+                let on = setters.by_writer.entry(writer_of(manager)).or_default();
+                if !on.contains(&object.object) {
+                    on.push(object.object.clone());
+                }
+            }
+        }
+    }
+    // Identities seen changing items that no field manager holds (their
+    // writes were rolled back since, or denied): they set them too.
+    for (identity, seen) in &by_identity {
+        for item in seen.keys() {
+            let held = items.keys().any(|managed| covers(item, managed));
+            if !held {
+                items
+                    .entry(item.clone())
+                    .or_default()
+                    .by_writer
+                    .entry(identity.clone())
+                    .or_default();
+            } else {
+                for (managed, setters) in items.iter_mut() {
+                    if covers(item, managed) && !setters.by_writer.contains_key(identity) {
+                        setters.by_writer.insert(identity.clone(), Vec::new());
+                    }
+                }
+            }
+        }
+    }
+    let atomic_conditions = objects
+        .iter()
+        .flat_map(|o| o.atomic_conditions.iter().cloned())
+        .collect();
+    Draft {
+        group: group.to_owned(),
+        resource: resource.to_owned(),
+        conditions_key: conditions_key.to_owned(),
+        objects: objects.len(),
+        items,
+        identities,
+        atomic_conditions,
+    }
+}
+
+impl Draft {
+    /// Items set by more than one writer or field manager: where rollbacks
+    /// happen today.
+    pub fn contested(&self) -> Vec<(&Item, &Setters)> {
+        self.items
+            .iter()
+            .filter(|(_, s)| s.by_writer.len() > 1 || s.managers.len() > 1)
+            .collect()
+    }
+
+    /// Who the draft gives an item to: the writer that set it on the most
+    /// objects (then the one first by name).
+    fn owner_of(setters: &Setters) -> Option<&String> {
+        setters
+            .by_writer
+            .iter()
+            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))
+            .map(|(writer, _)| writer)
+    }
+
+    /// Fields whose leaves all went to one writer are owned whole, at the
+    /// top: the leaves are named only where writers split an object.
+    fn owned(&self) -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+        let mut by_top: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let mut owned: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+        for (item, setters) in &self.items {
+            let Some(owner) = Self::owner_of(setters) else {
+                continue;
+            };
+            match item {
+                Item::Condition(ty) => {
+                    owned.entry(owner.clone()).or_default().1.insert(ty.clone());
+                }
+                Item::Field(path) => {
+                    let top = path.split('.').next().unwrap_or(path).to_owned();
+                    by_top.entry(top).or_default().insert(path.clone(), owner.clone());
+                }
+            }
+        }
+        for (top, leaves) in by_top {
+            let owners: BTreeSet<&String> = leaves.values().collect();
+            if let [owner] = owners.into_iter().collect::<Vec<_>>()[..] {
+                owned.entry(owner.clone()).or_default().0.insert(top);
+            } else {
+                for (path, owner) in leaves {
+                    owned.entry(owner).or_default().0.insert(path);
+                }
+            }
+        }
+        owned
+    }
+
+    /// This resource's entry of the document (YAML under `resources:`).
+    fn render_resource(&self, text: &mut String) {
+        let _ = writeln!(text, "  - group: {}", yaml_string(&self.group));
+        let _ = writeln!(text, "    resource: {}", yaml_string(&self.resource));
+        let _ = writeln!(text, "    conditions: {}", yaml_string(&self.conditions_key));
+        let owned = self.owned();
+        if owned.is_empty() {
+            *text += "    writers: []\n";
+        } else {
+            *text += "    writers:\n";
+        }
+        let contested: BTreeSet<&Item> = self.contested().into_iter().map(|(i, _)| i).collect();
+        let marks = |text: &mut String, marked: Vec<&String>| {
+            if !marked.is_empty() {
+                let names: Vec<&str> = marked.iter().map(|m| m.as_str()).collect();
+                let _ = write!(text, "  # contested: {}", names.join(", "));
+            }
+            *text += "\n";
+        };
+        for (writer, (fields, conditions)) in &owned {
+            let managers: Vec<&String> = self
+                .identities
+                .iter()
+                .filter(|(_, identity)| *identity == writer)
+                .map(|(manager, _)| manager)
+                .collect();
+            let is_manager = !self.identities.values().any(|i| i == writer) && self.items_set_by_manager(writer);
+            match writer
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|r| r.split_once(':'))
+            {
+                Some((namespace, name)) => {
+                    let _ = write!(
+                        text,
+                        "      - serviceAccount: {}",
+                        yaml_string(&format!("{namespace}/{name}"))
+                    );
+                    if !managers.is_empty() {
+                        let names: Vec<String> = managers.iter().map(|m| format!("{m:?}")).collect();
+                        let _ = write!(text, "  # field manager {}", names.join(", "));
+                    }
+                    *text += "\n";
+                }
+                None if is_manager => {
+                    let _ = writeln!(
+                        text,
+                        "      # field manager {writer:?}: no observed identity; replace with its serviceAccount: NAMESPACE/NAME or user: NAME"
+                    );
+                    let _ = writeln!(text, "      - user: {}", yaml_string(writer));
+                }
+                None => {
+                    let _ = writeln!(text, "      - user: {}", yaml_string(writer));
+                }
+            }
+            let list = |items: &BTreeSet<String>| -> String {
+                items.iter().map(|i| yaml_string(i)).collect::<Vec<_>>().join(", ")
+            };
+            if !fields.is_empty() {
+                let _ = write!(text, "        fields: [{}]", list(fields));
+                let marked = fields
+                    .iter()
+                    .filter(|f| {
+                        contested
+                            .iter()
+                            .any(|c| matches!(c, Item::Field(p) if p == *f || p.starts_with(&format!("{f}."))))
+                    })
+                    .collect();
+                marks(text, marked);
+            }
+            if !conditions.is_empty() {
+                let _ = write!(text, "        conditions: [{}]", list(conditions));
+                let marked = conditions
+                    .iter()
+                    .filter(|t| contested.contains(&Item::Condition((*t).clone())))
+                    .collect();
+                marks(text, marked);
+            }
+        }
+    }
+
+    fn items_set_by_manager(&self, writer: &str) -> bool {
+        self.items.values().any(|s| s.managers.contains(writer))
+    }
+
+    /// The contested items, as comments: who set each, on how many objects,
+    /// with examples, and who the draft gave it to.
+    pub fn report(&self) -> String {
+        let mut text = format!(
+            "#\n# Contested items of {}: set by more than one writer or field manager, where\n# rollbacks happen today. The draft gives each to the writer that set it on\n# the most objects; decide, then keep one owner.\n",
+            self.name()
+        );
+        let contested = self.contested();
+        if contested.is_empty() {
+            text += "#   none\n";
+        }
+        for (item, setters) in contested {
+            let owner = Self::owner_of(setters).map(String::as_str).unwrap_or_default();
+            let _ = writeln!(text, "#   {item} (drafted for {owner}):");
+            for (writer, objects) in &setters.by_writer {
+                let examples: Vec<&str> = objects.iter().take(3).map(String::as_str).collect();
+                let seen = match objects.len() {
+                    0 => "observed writing it (not in managedFields)".to_owned(),
+                    n => format!("{n} object(s), e.g. {}", examples.join(", ")),
+                };
+                let _ = writeln!(text, "#     {writer}: {seen}");
+            }
+            if setters.managers.len() > 1 {
+                let managers: Vec<&str> = setters.managers.iter().map(String::as_str).collect();
+                let _ = writeln!(text, "#     field managers: {}", managers.join(", "));
+            }
+        }
+        for manager in &self.atomic_conditions {
+            let _ = writeln!(
+                text,
+                "#   the conditions list is atomic (no listType=map by type): field manager {manager} sets it whole"
+            );
+        }
+        text
+    }
+}
+
+impl Draft {
+    /// `resource.group` (or `resource` for the core group).
+    pub fn name(&self) -> String {
+        match self.group.as_str() {
+            "" => self.resource.clone(),
+            group => format!("{}.{group}", self.resource),
+        }
+    }
+}
+
+/// The drafts as one StatusOwnership document (YAML, in audit mode: roll it
+/// out watching, then enforce), followed by the report as comments, so that
+/// the whole text is the document. Checked before it is returned.
+pub fn render(drafts: &[Draft]) -> Result<String, OwnershipError> {
+    let mut text = String::new();
+    let names: Vec<String> = drafts
+        .iter()
+        .map(|d| format!("{} ({} object(s))", d.name(), d.objects))
+        .collect();
+    let mapped: BTreeSet<&String> = drafts.iter().flat_map(|d| d.identities.keys()).collect();
+    let _ = writeln!(
+        text,
+        "# Drafted by `statusguard suggest` from the managedFields of {}.",
+        names.join(", ")
+    );
+    let _ = writeln!(
+        text,
+        "# {} field manager(s) mapped to identities by the webhook's observed writes.",
+        mapped.len()
+    );
+    text += "# Review it (every contested item is listed at the end), check it with `statusguard check`,\n";
+    text += "# roll it out in audit mode, read the Events and metrics, then set mode: enforce.\n";
+    text += "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: audit\n";
+    text += "exempt:\n  groups: [\"system:masters\"]\n";
+    text += if drafts.is_empty() {
+        "resources: []\n"
+    } else {
+        "resources:\n"
+    };
+    for draft in drafts {
+        draft.render_resource(&mut text);
+    }
+    for draft in drafts {
+        text += &draft.report();
+    }
+    Ownership::from_yaml(&text)?;
+    Ok(text)
+}
+
+/// A YAML plain scalar when it is safe, else a double-quoted string.
+fn yaml_string(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/'))
+        && !text.starts_with(['-', '.'])
+        && !matches!(text, "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
+        && text.parse::<f64>().is_err();
+    if plain {
+        text.to_owned()
+    } else {
+        serde_json::to_string(text).unwrap_or_default()
+    }
+}
+
+#[cfg(feature = "server")]
+pub mod fetch;
+#[cfg(test)]
+mod tests;

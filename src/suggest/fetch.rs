@@ -1,0 +1,139 @@
+//! What `statusguard suggest` reads: the objects of a resource (their
+//! `managedFields`), through discovery and paged lists, and the observed
+//! writers of each replica (`GET /observed`, or a saved copy).
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, ResourceExt};
+
+use super::ObjectFields;
+use crate::observe::ObservedWriters;
+
+/// Why the cluster or a record could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// The resource is not served by the cluster.
+    #[error("the cluster serves no resource {0} (RESOURCE.GROUP, e.g. widgets.example.com; a core resource alone)")]
+    UnknownResource(String),
+    /// The API refused or failed.
+    #[error("cannot read {what}: {source}")]
+    Kube {
+        /// What was being read.
+        what: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+    /// The observed record could not be fetched.
+    #[error("cannot read the observed writes at {source_name}: {reason}")]
+    Observed {
+        /// The URL or file.
+        source_name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// `widgets.example.com` to (group, resource); a name without a dot is core.
+pub fn split_resource(name: &str) -> (String, String) {
+    match name.split_once('.') {
+        Some((resource, group)) => (group.to_owned(), resource.to_owned()),
+        None => (String::new(), name.to_owned()),
+    }
+}
+
+/// Every object of `group`/`resource` (in `namespace`, or all), read in
+/// pages, as the status fields their managers set.
+pub async fn objects(
+    client: &Client,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    conditions_key: &str,
+) -> Result<Vec<ObjectFields>, FetchError> {
+    let name = match group {
+        "" => resource.to_owned(),
+        group => format!("{resource}.{group}"),
+    };
+    let discovery = Discovery::new(client.clone())
+        .filter(&[group])
+        .run()
+        .await
+        .map_err(|source| FetchError::Kube {
+            what: format!("the API group {group:?}"),
+            source,
+        })?;
+    let (api_resource, capabilities) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(ar, _)| ar.group == group && ar.plural == resource)
+        .ok_or_else(|| FetchError::UnknownResource(name.clone()))?;
+    let api: Api<DynamicObject> = match (capabilities.scope, namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &api_resource),
+        _ => Api::all_with(client.clone(), &api_resource),
+    };
+    let mut fields = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await.map_err(|source| FetchError::Kube {
+            what: name.clone(),
+            source,
+        })?;
+        for object in &page.items {
+            let id = match object.namespace() {
+                Some(ns) => format!("{ns}/{}", object.name_any()),
+                None => object.name_any(),
+            };
+            fields.push(super::object_fields(&id, object.managed_fields(), conditions_key));
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok(fields)
+}
+
+/// A replica's record: `http://HOST:PORT/observed` (its admin port, e.g.
+/// through `kubectl port-forward`), or a file holding one.
+pub async fn observed(source: &str) -> Result<ObservedWriters, FetchError> {
+    let failed = |reason: String| FetchError::Observed {
+        source_name: source.to_owned(),
+        reason,
+    };
+    let body = match source.strip_prefix("http://") {
+        Some(rest) => {
+            let (authority, path) = rest
+                .split_once('/')
+                .map_or((rest, "/observed".to_owned()), |(a, p)| (a, format!("/{p}")));
+            let tcp = tokio::net::TcpStream::connect(authority)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            tokio::spawn(connection);
+            let request = hyper::Request::get(path)
+                .header(hyper::header::HOST, authority)
+                .body(Empty::<Bytes>::new())
+                .map_err(|e| failed(e.to_string()))?;
+            let response = sender.send_request(request).await.map_err(|e| failed(e.to_string()))?;
+            if !response.status().is_success() {
+                return Err(failed(format!("HTTP {}", response.status())));
+            }
+            response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .to_bytes()
+                .to_vec()
+        }
+        None if source.contains("://") => return Err(failed("only http:// (the admin port) or a file".into())),
+        None => std::fs::read(source).map_err(|e| failed(e.to_string()))?,
+    };
+    serde_json::from_slice(&body).map_err(|e| failed(format!("not a record of observed writes: {e}")))
+}

@@ -1,0 +1,172 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::observe::{IdentityRecord, ResourceRecord};
+
+fn entry(manager: &str, subresource: Option<&str>, status: Value) -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        manager: Some(manager.to_owned()),
+        operation: Some("Update".to_owned()),
+        subresource: subresource.map(str::to_owned),
+        fields_type: Some("FieldsV1".to_owned()),
+        fields_v1: Some(FieldsV1(json!({"f:status": status}))),
+        ..Default::default()
+    }
+}
+
+fn ready(types: &[&str]) -> Value {
+    let mut conditions = serde_json::Map::new();
+    conditions.insert(".".into(), json!({}));
+    for ty in types {
+        conditions.insert(
+            format!("k:{{\"type\":\"{ty}\"}}"),
+            json!({".": {}, "f:status": {}, "f:type": {}}),
+        );
+    }
+    Value::Object(conditions)
+}
+
+/// Three widgets: the controller sets observedGeneration, Ready and
+/// summary (an object it sets whole); the scaler sets replicas,
+/// scale.lastScaleTime (scale.policy is the autoscaler's) and Scaled; a
+/// health checker sets health; on w3 the scaler's stale retry left it
+/// holding observedGeneration.
+fn objects() -> Vec<ObjectFields> {
+    let w = |name: &str, scaler_has_generation: bool| {
+        let mut controller = json!({"f:summary": {"f:ready": {}, "f:total": {}}, "f:conditions": ready(&["Ready"])});
+        let mut scaler =
+            json!({"f:replicas": {}, "f:scale": {"f:lastScaleTime": {}}, "f:conditions": ready(&["Scaled"])});
+        if scaler_has_generation {
+            scaler["f:observedGeneration"] = json!({});
+        } else {
+            controller["f:observedGeneration"] = json!({});
+        }
+        object_fields(
+            &format!("team-a/{name}"),
+            &[
+                entry("widget-controller", Some("status"), controller),
+                entry("widget-scaler", Some("status"), scaler),
+                entry("autoscaler", Some("status"), json!({"f:scale": {"f:policy": {}}})),
+                entry("health-checker", Some("status"), json!({"f:health": {}})),
+                // Spec writes and object creation are not status writes.
+                entry("kubectl-create", None, json!({"f:replicas": {}})),
+            ],
+            "conditions",
+        )
+    };
+    vec![w("w1", false), w("w2", false), w("w3", true)]
+}
+
+fn observed() -> ObservedWriters {
+    let identity = |name: &str, fields: &[(&str, u64)], conditions: &[(&str, u64)]| IdentityRecord {
+        identity: name.to_owned(),
+        writes: 10,
+        fields: fields.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        conditions: conditions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    };
+    ObservedWriters {
+        resources: vec![ResourceRecord {
+            group: "example.com".into(),
+            resource: "widgets".into(),
+            writers: vec![
+                identity(
+                    "system:serviceaccount:platform:widget-controller",
+                    &[("observedGeneration", 8), ("summary", 8)],
+                    &[("Ready", 8)],
+                ),
+                identity(
+                    "system:serviceaccount:platform:widget-scaler",
+                    &[("replicas", 5), ("scale", 5), ("observedGeneration", 2)],
+                    &[("Scaled", 5)],
+                ),
+                identity("system:serviceaccount:ops:auditor", &[("notes", 1)], &[]),
+            ],
+        }],
+        identities: 3,
+        capped_writes: 0,
+    }
+}
+
+#[test]
+fn managed_fields_name_leaves_whole_objects_and_condition_types() {
+    let fields = &objects()[0];
+    assert_eq!(
+        fields.managers["widget-controller"],
+        [
+            Item::Field("observedGeneration".into()),
+            Item::Field("summary.ready".into()),
+            Item::Field("summary.total".into()),
+            Item::Condition("Ready".into()),
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert!(!fields.managers.contains_key("kubectl-create"), "not a status write");
+    let atomic = object_fields(
+        "x",
+        &[entry("m", Some("status"), json!({"f:conditions": {}}))],
+        "conditions",
+    );
+    assert!(atomic.atomic_conditions.contains("m"));
+}
+
+#[test]
+fn without_observed_writes_managers_are_named_for_a_human_to_map() {
+    let draft = draft("example.com", "widgets", "conditions", &objects(), &[]);
+    let text = render(std::slice::from_ref(&draft)).unwrap();
+    assert!(
+        text.contains("      # field manager \"widget-scaler\": no observed identity"),
+        "{text}"
+    );
+    assert!(text.contains("      - user: widget-controller\n        fields: [observedGeneration, summary]  # contested: observedGeneration\n        conditions: [Ready]\n"), "{text}");
+    // scale's leaves went to two managers: named one by one.
+    assert!(text.contains("fields: [replicas, scale.lastScaleTime]"), "{text}");
+    assert!(text.contains("fields: [scale.policy]"), "{text}");
+    assert!(text.contains("#   status.observedGeneration (drafted for widget-controller):\n#     widget-controller: 2 object(s), e.g. team-a/w1, team-a/w2\n#     widget-scaler: 1 object(s), e.g. team-a/w3\n"), "{text}");
+    Ownership::from_yaml(&text).expect("check accepts the draft");
+}
+
+#[test]
+fn observed_writes_turn_managers_into_service_accounts() {
+    let draft = draft("example.com", "widgets", "conditions", &objects(), &[observed()]);
+    assert_eq!(
+        draft.identities.get("widget-scaler").map(String::as_str),
+        Some("system:serviceaccount:platform:widget-scaler")
+    );
+    let text = render(std::slice::from_ref(&draft)).unwrap();
+    assert!(
+        text.contains("      - serviceAccount: platform/widget-controller  # field manager \"widget-controller\"\n        fields: [observedGeneration, summary]  # contested: observedGeneration\n"),
+        "{text}"
+    );
+    // Observed at the top level only, scale.policy is the scaler's as far as
+    // the writes show: the autoscaler runs as the scaler, which owns scale whole.
+    assert!(
+        text.contains("      - serviceAccount: platform/widget-scaler  # field manager \"autoscaler\", \"widget-scaler\"\n        fields: [replicas, scale]\n"),
+        "{text}"
+    );
+    // An identity the document does not list, seen writing a field no manager holds.
+    assert!(
+        text.contains("      - serviceAccount: ops/auditor\n        fields: [notes]\n"),
+        "{text}"
+    );
+    // The unmapped manager stays named.
+    assert!(
+        text.contains("# field manager \"health-checker\": no observed identity"),
+        "{text}"
+    );
+    let contested: Vec<String> = draft.contested().iter().map(|(i, _)| i.to_string()).collect();
+    assert_eq!(contested, ["status.observedGeneration"]);
+    let rules = Ownership::from_yaml(&text).expect("check accepts the draft");
+    let widgets = rules.resource("example.com", "widgets").unwrap();
+    assert_eq!(widgets.writers.len(), 4, "{text}");
+}
+
+#[test]
+fn names_that_are_not_plain_are_quoted() {
+    assert_eq!(yaml_string("platform/widget-scaler"), "platform/widget-scaler");
+    assert_eq!(yaml_string("kubectl edit"), "\"kubectl edit\"");
+    assert_eq!(yaml_string("true"), "\"true\"");
+    assert_eq!(yaml_string(""), "\"\"");
+    assert_eq!(yaml_string("1.5"), "\"1.5\"");
+}
