@@ -239,3 +239,22 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
     let err = statusguard::server::Server::bind(config).await.err().unwrap();
     assert!(err.to_string().contains("missing.yaml"), "{err}");
 }
+
+/// Found under the stress harness's load: the SIGTERM handler was only
+/// installed when the accept loop first polled its stop future, so a
+/// SIGTERM right after the first connection was taken (the loop not yet
+/// back to its select) ended the process without a drain. The handlers are
+/// now installed by the call itself. (On a regression this test's process
+/// dies of the signal.)
+#[tokio::test]
+async fn the_shutdown_signal_is_listened_for_from_the_call_not_the_first_poll() {
+    let shutdown = statusguard::server::shutdown_signal(|| {});
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    tokio::time::timeout(Duration::from_secs(5), shutdown)
+        .await
+        .expect("the SIGTERM sent before the first poll is seen");
+}

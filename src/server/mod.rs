@@ -332,35 +332,74 @@ impl Server {
 }
 
 /// Resolves at the first SIGTERM or SIGINT. `on_second` runs if another
-/// signal arrives afterwards (the binary exits at once then).
-pub async fn shutdown_signal(on_second: impl FnOnce() + Send + 'static) {
-    first_signal().await;
-    tokio::spawn(async move {
-        first_signal().await;
-        tracing::warn!("second signal: exiting at once");
-        on_second();
-    });
+/// signal arrives afterwards (the binary exits at once then). The handlers
+/// are registered by this call, not at the first poll: from the moment the
+/// server can answer, a signal always means a graceful shutdown, never the
+/// default exit.
+pub fn shutdown_signal(on_second: impl FnOnce() + Send + 'static) -> impl Future<Output = ()> + Send {
+    let mut signals = Signals::register();
+    async move {
+        signals.recv().await;
+        tokio::spawn(async move {
+            signals.recv().await;
+            tracing::warn!("second signal: exiting at once");
+            on_second();
+        });
+    }
 }
 
-async fn first_signal() {
+/// SIGTERM and SIGINT, listened for from their registration on.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn register() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for {name}");
+                    None
                 }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            Self {
+                terminate: listen(SignalKind::terminate(), "SIGTERM"),
+                interrupt: listen(SignalKind::interrupt(), "SIGINT"),
             }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            let terminate = async {
+                match &mut self.terminate {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let interrupt = async {
+                match &mut self.interrupt {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = terminate => {},
+                _ = interrupt => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
