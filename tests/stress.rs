@@ -949,7 +949,7 @@ async fn racing_writers_and_faults_roll_nothing_back_and_lose_nothing() {
     .await;
     tally.lock().unwrap().phase = "without statusguard".into();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for handle in run.spawn(&unguarded, writes.min(40), &tally, &stop) {
+    for handle in run.spawn(&unguarded, (writes / 5).clamp(40, 400), &tally, &stop) {
         handle.await.unwrap();
     }
     watch.abort();
