@@ -283,6 +283,24 @@ fn own_status(n: usize, value: i64) -> Value {
            "conditions": [{"type": format!("Cond{n}"), "status": "True", "observedGeneration": value}]})
 }
 
+/// `status` (a copy) with writer `n`'s counter and condition set to `value`,
+/// everything else as it was.
+fn with_own_items(status: Option<&Value>, n: usize, value: i64) -> Value {
+    let mut status = status.filter(|s| s.is_object()).cloned().unwrap_or(json!({}));
+    status["counters"][format!("w{n}")] = json!(value);
+    let own = own_status(n, value);
+    let mut conditions: Vec<Value> = status["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["type"] != own["conditions"][0]["type"])
+        .collect();
+    conditions.push(own["conditions"][0].clone());
+    status["conditions"] = json!(conditions);
+    status
+}
+
 /// Writer `n` on `objects`, round robin, until `stop` (or `writes` writes).
 async fn writer(
     n: usize,
@@ -313,21 +331,7 @@ async fn writer(
                 Style::Flush => {
                     let result = match api.get(name).await {
                         Ok(mut staged) => {
-                            let status = staged.data.get("status").cloned().unwrap_or(json!({}));
-                            let mut status = if status.is_object() { status } else { json!({}) };
-                            status["counters"][format!("w{n}")] = json!(value);
-                            let mut conditions: Vec<Value> = status["conditions"]
-                                .as_array()
-                                .cloned()
-                                .unwrap_or_default()
-                                .into_iter()
-                                .filter(|c| c["type"] != format!("Cond{n}"))
-                                .collect();
-                            conditions.push(
-                                json!({"type": format!("Cond{n}"), "status": "True", "observedGeneration": value}),
-                            );
-                            status["conditions"] = json!(conditions);
-                            staged.data["status"] = status;
+                            staged.data["status"] = with_own_items(staged.data.get("status"), n, value);
                             flush.flush(&mut staged).await.map(drop).map_err(|e| match e {
                                 statusguard::flush::FlushError::Kube(e) => e,
                                 other => kube::Error::Service(other.to_string().into()),
@@ -361,21 +365,7 @@ async fn writer(
                         }
                     }
                     let copy = stale.get_mut(name).unwrap();
-                    let mut status = copy.data.get("status").cloned().unwrap_or(json!({}));
-                    if !status.is_object() {
-                        status = json!({});
-                    }
-                    status["counters"][format!("w{n}")] = json!(value);
-                    let mut conditions: Vec<Value> = status["conditions"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter(|c| c["type"] != format!("Cond{n}"))
-                        .collect();
-                    conditions.push(json!({"type": format!("Cond{n}"), "status": "True", "observedGeneration": value}));
-                    status["conditions"] = json!(conditions);
-                    copy.data["status"] = status;
+                    copy.data["status"] = with_own_items(copy.data.get("status"), n, value);
                     // The naive retry: on 409, refresh only the resourceVersion.
                     let mut result = Ok(());
                     for _ in 0..3 {

@@ -19,6 +19,8 @@ use crate::metrics::Metrics;
 use crate::observe::{ObservedWrite, ObservedWriters, Observer, read_write};
 use crate::ownership::Ownership;
 
+use super::watch::event_note;
+
 /// How much the observer may do.
 #[derive(Debug, Clone)]
 pub struct ObserveConfig {
@@ -261,20 +263,11 @@ fn event_for(pending: &Pending) -> (Event, ObjectReference) {
         _ => "trimmed (the owners' items restored)",
     };
     let items: Vec<String> = pending.violations.iter().map(ToString::to_string).collect();
-    let mut note = format!(
+    let note = event_note(format!(
         "status write by {} {verb}: it changed {}",
         write.writer,
         items.join(", ")
-    );
-    // The Events API takes at most 1 kB.
-    if note.len() > 1000 {
-        let mut end = 997;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
+    ));
     let event = Event {
         type_: EventType::Warning,
         reason: pending.reason.into(),
@@ -319,6 +312,13 @@ mod tests {
         );
         assert!(writer_reference("alice@example.com").is_none());
         assert!(writer_reference("system:serviceaccount:nocolon").is_none());
+    }
+
+    #[test]
+    fn a_long_note_is_cut_on_a_character_boundary() {
+        let note = event_note("é".repeat(600));
+        assert!(note.len() <= 1000 && note.ends_with("..."), "{}", note.len());
+        assert_eq!(event_note("short".into()), "short");
     }
 
     #[test]

@@ -27,6 +27,20 @@ use crate::webhooks::REGISTRATION_ANNOTATION;
 /// An Event note holds at most 1 kB.
 const EVENT_NOTE_BYTES: usize = 1000;
 
+/// `note` cut to what an Event holds, on a character boundary, with `...`
+/// where it was cut (the Events API refuses a longer note).
+pub(super) fn event_note(mut note: String) -> String {
+    if note.len() > EVENT_NOTE_BYTES {
+        let mut cut = EVENT_NOTE_BYTES - 3;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
+}
+
 /// What the watch last acted on: a re-list after a watch restart delivers
 /// the same object again, which changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,15 +131,7 @@ impl WatchState {
                 problems.join("; ")
             ),
         );
-        let mut note = format!("{in_force}: {}", problems.join("; "));
-        if note.len() > EVENT_NOTE_BYTES {
-            let mut cut = EVENT_NOTE_BYTES - 3;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
+        let note = event_note(format!("{in_force}: {}", problems.join("; ")));
         let event = Event {
             type_: EventType::Warning,
             reason: "InvalidOwnership".into(),
