@@ -6,6 +6,7 @@
 //!     LOAD_SWEEP=size cargo bench --bench server_load    # 1 KB .. 1 MiB reviews
 //!     LOAD_SWEEP=rules cargo bench --bench server_load   # 1 .. 10,000 resources, 1 .. 1,000 writers
 //!     LOAD_SWEEP=paced cargo bench --bench server_load   # only the paced rows (h2load, Go's client)
+//!     LOAD_SWEEP=observe cargo bench --bench server_load # the observer off, at its default rate, at every write
 //!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
 //!
 //! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux); Go, for
@@ -69,7 +70,7 @@ impl Drop for ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(kind: &str, dir: &Path, rules: &Path) -> Result<Self, Error> {
+    fn start(kind: &str, dir: &Path, rules: &Path, server_args: &[&str]) -> Result<Self, Error> {
         let port = free_port()?;
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         let mut command = Command::new("taskset");
@@ -95,7 +96,8 @@ impl ServerProcess {
                     .arg(&cert)
                     .arg("--tls-key")
                     .arg(&key)
-                    .args(["--log-level", "warn"]);
+                    .args(["--log-level", "warn"])
+                    .args(server_args);
             }
         }
         let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn()?;
@@ -305,9 +307,22 @@ impl Bench {
         path: &str,
         loads: &[Load],
     ) -> Result<Vec<(Load, Measured, Measured)>, Error> {
+        self.compare_with(what, rules, &[], body, path, loads)
+    }
+
+    /// [`Bench::compare`], with extra arguments to `statusguard serve`.
+    fn compare_with(
+        &self,
+        what: &str,
+        rules: &Path,
+        server_args: &[&str],
+        body: &Path,
+        path: &str,
+        loads: &[Load],
+    ) -> Result<Vec<(Load, Measured, Measured)>, Error> {
         let mut results = Vec::new();
-        let null = ServerProcess::start("null", self.dir.path(), rules)?;
-        let guard = ServerProcess::start("statusguard", self.dir.path(), rules)?;
+        let null = ServerProcess::start("null", self.dir.path(), rules, &[])?;
+        let guard = ServerProcess::start("statusguard", self.dir.path(), rules, server_args)?;
         let idle_rss = guard.rss_kib()? as f64 / 1024.0;
         for &load in loads {
             let n = run(&null, body, path, load, self.seconds, self.dir.path())?;
@@ -391,6 +406,25 @@ fn main() -> Result<(), Error> {
                     &stale,
                     "/validate",
                     &[h1],
+                )?;
+            }
+        }
+        "observe" => {
+            // The observer re-reads each write it takes (`--observe-rate`
+            // per second at most): off, at its default, and at every write of
+            // the paced load.
+            for (what, rate) in [
+                ("observer off (--observe-rate 0)", "0"),
+                ("observer at its default, 200/s", "200"),
+                ("observer on every write, 1000/s", "1000"),
+            ] {
+                bench.compare_with(
+                    what,
+                    &default_rules,
+                    &["--observe-rate", rate],
+                    &stale,
+                    "/validate",
+                    &[h1, Load::Paced { rate: 1000 }],
                 )?;
             }
         }
