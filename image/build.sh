@@ -53,11 +53,24 @@ fi
 
 say "building the static binary (release, $target)"
 # --target: the build scripts and proc-macros stay dynamic; only the binary is static.
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --release \
+# Panic locations name the crates' sources: remap the build machine's paths
+# (cargo's home, this checkout) so that the binary names none of them and
+# is the same wherever it is built from.
+cargo fetch --locked --quiet # the crates' sources unpacked, so that their folders are known
+rustflags=(-C target-feature=+crt-static "--remap-path-prefix=$PWD=/statusguard")
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for sources in "$cargo_home"/registry/src/* "$cargo_home/git/checkouts"; do
+  if [[ -d "$sources" ]]; then rustflags+=("--remap-path-prefix=$sources=/cargo"); fi
+done
+# One flag per 0x1f-separated field: paths may hold spaces.
+CARGO_ENCODED_RUSTFLAGS=$(IFS=$'\x1f'; echo "${rustflags[*]}") cargo build --locked --release \
   --target "$target" --target-dir "$work/cargo" --bin statusguard
 binary="$work/cargo/$target/release/statusguard"
 if readelf -l "$binary" | grep -q 'INTERP'; then
   fail "$binary asks for a dynamic loader: it is not static"
+fi
+if grep -aqF -e "$cargo_home/" -e "$PWD/" "$binary"; then
+  fail "$binary names a path of the build machine"
 fi
 
 # One layer: /statusguard, reproducible (fixed owner, mode and time).
