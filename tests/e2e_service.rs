@@ -57,6 +57,15 @@ fn machine_address() -> String {
 /// The chart's pods: a process per slot, by name.
 type Pods = Arc<Mutex<BTreeMap<String, Arc<BinaryServer>>>>;
 
+/// The pods running now, by slot (a copy: the lock is not held across awaits).
+fn running(pods: &Pods) -> Vec<(String, Arc<BinaryServer>)> {
+    pods.lock()
+        .unwrap()
+        .iter()
+        .map(|(slot, pod)| (slot.clone(), pod.clone()))
+        .collect()
+}
+
 /// The endpoints controller's part: every 100 ms, each process's readiness
 /// into its EndpointSlice; a slot's slice is deleted when its process is gone.
 /// Returns how many times it changed a slice.
@@ -73,12 +82,7 @@ async fn endpoints_controller(
     let mut published: BTreeMap<String, (u16, bool)> = BTreeMap::new();
     let mut changes = 0;
     while !*stop.borrow() {
-        let current: Vec<(String, Arc<BinaryServer>)> = pods
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let current = running(&pods);
         for (slot, pod) in &current {
             let ready = matches!(
                 probe.get(pod.admin_url("/readyz")).send().await,
@@ -351,12 +355,7 @@ async fn rolling_restarts_and_crashes_through_the_service_reject_no_write() {
     phase.send_replace("one pod killed".into());
     let mut busiest = ("c".to_owned(), -1.0);
     let before: Vec<(String, f64)> = {
-        let current: Vec<(String, Arc<BinaryServer>)> = pods
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let current = running(&pods);
         let mut counts = Vec::new();
         for (slot, pod) in current {
             counts.push((slot, reviews(&pod).await));
