@@ -10,12 +10,15 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use kube::core::GroupVersionKind;
+use kube::core::admission::Operation;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::decision::Item;
 use crate::ownership::{FieldPath, Ownership, ResourceRules, condition_type, same_value};
+use crate::review::{ResourceRef, Writer, is_status_update};
 
 /// The identity of writes beyond the record's cap.
 pub const OTHER_IDENTITY: &str = "(other)";
@@ -48,6 +51,9 @@ pub struct ObservedWrite {
     pub changed: Vec<Item>,
 }
 
+/// The parts of a review the observer reads: those of
+/// [`crate::review::ReviewRequest`], plus the object's kind and uid that an
+/// Event names (the request path never reads them).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
@@ -58,45 +64,23 @@ struct Envelope<'a> {
 #[serde(rename_all = "camelCase")]
 struct Request<'a> {
     #[serde(default)]
-    kind: Kind,
-    resource: Resource,
+    kind: Option<GroupVersionKind>,
+    resource: ResourceRef,
     #[serde(default)]
     sub_resource: Option<String>,
     #[serde(default)]
     name: String,
     #[serde(default)]
     namespace: Option<String>,
-    operation: String,
+    operation: Operation,
     #[serde(default)]
-    user_info: UserInfo,
+    user_info: Writer,
     #[serde(default)]
     dry_run: bool,
     #[serde(borrow, default)]
     object: Option<Object<'a>>,
     #[serde(borrow, default)]
     old_object: Option<Object<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct Kind {
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    version: String,
-    #[serde(default)]
-    kind: String,
-}
-
-#[derive(Deserialize)]
-struct Resource {
-    group: String,
-    resource: String,
-}
-
-#[derive(Deserialize, Default)]
-struct UserInfo {
-    #[serde(default)]
-    username: String,
 }
 
 #[derive(Deserialize)]
@@ -120,7 +104,7 @@ pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite
     let Some(request) = envelope.request else {
         return Ok(None);
     };
-    if request.operation != "UPDATE" || request.sub_resource.as_deref() != Some("status") {
+    if !is_status_update(&request.operation, request.sub_resource.as_deref()) {
         return Ok(None);
     }
     let Some(resource) = rules.resource(&request.resource.group, &request.resource.resource) else {
@@ -129,15 +113,12 @@ pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite
     let old = request.old_object.as_ref().and_then(|o| o.status);
     let new = request.object.as_ref().and_then(|o| o.status);
     let changed = changed_items(resource, old, new)?;
-    let kind = request.kind;
+    let kind = request.kind.unwrap_or_else(|| GroupVersionKind::gvk("", "", ""));
     Ok(Some(ObservedWrite {
-        writer: request.user_info.username,
+        writer: request.user_info.username.unwrap_or_default(),
         group: request.resource.group,
         resource: request.resource.resource,
-        api_version: match kind.group.as_str() {
-            "" => kind.version,
-            group => format!("{group}/{}", kind.version),
-        },
+        api_version: kind.api_version(),
         kind: kind.kind,
         name: request.name,
         namespace: request.namespace.filter(|n| !n.is_empty()),
