@@ -157,8 +157,8 @@ impl ObserveArgs {
         crate::server::observer::ObserveConfig {
             rate_per_second: self.observe_rate,
             max_identities: self.observe_max_identities,
-            max_items: 256,
             event_interval: self.events.then_some(self.event_interval),
+            ..Default::default()
         }
     }
 }
@@ -443,42 +443,9 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(check(&args).await),
-        Command::Suggest(args) => {
-            let client = kube::Client::try_default()
-                .await
-                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
-            let mut observed = Vec::new();
-            for source in &args.observed {
-                observed.push(crate::suggest::fetch::observed(source).await?);
-            }
-            let mut drafts = Vec::new();
-            for name in &args.resources {
-                let (group, resource) = crate::suggest::fetch::split_resource(name);
-                let objects = crate::suggest::fetch::objects(
-                    &client,
-                    &group,
-                    &resource,
-                    args.namespace.as_deref(),
-                    &args.conditions,
-                )
-                .await?;
-                drafts.push(crate::suggest::draft(
-                    &group,
-                    &resource,
-                    &args.conditions,
-                    &objects,
-                    &observed,
-                ));
-            }
-            let text = crate::suggest::render(&drafts)
-                .context("the draft is not a valid document (a bug: please report it)")?;
-            print!("{text}");
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Suggest(args) => suggest(&args).await,
         Command::Probe(args) => {
-            let client = kube::Client::try_default()
-                .await
-                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
+            let client = cluster_client().await?;
             let options = crate::probe::ProbeOptions {
                 name: args.name,
                 configmap: args.configmap,
@@ -496,9 +463,7 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Unregister(args) => {
-            let client = kube::Client::try_default()
-                .await
-                .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")?;
+            let client = cluster_client().await?;
             let done = crate::webhooks::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
                 .await
                 .context("cannot unregister")?;
@@ -598,6 +563,42 @@ async fn check(args: &CheckArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A client of the cluster the environment names (in-cluster config, or
+/// KUBECONFIG), for the commands that read or change it.
+async fn cluster_client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")
+}
+
+/// `statusguard suggest`: the objects and observed writes fetched, the
+/// drafts made and printed.
+async fn suggest(args: &SuggestArgs) -> anyhow::Result<ExitCode> {
+    let client = cluster_client().await?;
+    let mut observed = Vec::new();
+    for source in &args.observed {
+        observed.push(crate::suggest::fetch::observed(source).await?);
+    }
+    let mut drafts = Vec::new();
+    for name in &args.resources {
+        let (group, resource) = crate::suggest::fetch::split_resource(name);
+        let objects =
+            crate::suggest::fetch::objects(&client, &group, &resource, args.namespace.as_deref(), &args.conditions)
+                .await?;
+        drafts.push(crate::suggest::draft(
+            &group,
+            &resource,
+            &args.conditions,
+            &objects,
+            &observed,
+        ));
+    }
+    let text =
+        crate::suggest::render(&drafts).context("the draft is not a valid document (a bug: please report it)")?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// When a cluster is reachable (in-cluster config or KUBECONFIG), a hint for

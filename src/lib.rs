@@ -60,6 +60,8 @@ pub mod certs;
 #[cfg(feature = "server")]
 pub mod cli;
 #[cfg(feature = "server")]
+mod http1;
+#[cfg(feature = "server")]
 pub mod metrics;
 #[cfg(feature = "server")]
 pub mod probe;

@@ -11,9 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
@@ -275,10 +274,6 @@ async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
         .connect(name, tcp)
         .await
         .map_err(|e| format!("TLS with {} failed: {e}", target.server_name))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP handshake: {e}"))?;
-    tokio::spawn(connection);
 
     let uid = format!("statusguard-probe-{}", rand::random::<u64>());
     let object = json!({
@@ -309,17 +304,7 @@ async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(review.to_string())))
         .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("the request failed: {e}"))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("the answer could not be read: {e}"))?
-        .to_bytes();
+    let (status, body) = crate::http1::exchange(stream, request).await?;
     if !status.is_success() {
         return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()));
     }

@@ -16,12 +16,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt as _};
+use rustls::sign::CertifiedKey;
 
 use crate::certs::{CertPolicy, Step, Stored, keys, next};
 use crate::rules::ConfigMapRef;
 use crate::server::app::App;
-use rustls::sign::CertifiedKey;
-
 use crate::tls::{CertFiles, PemFiles, SwappableCert, certified_key};
 
 /// Where and how the server keeps its certificates.

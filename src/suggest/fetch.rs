@@ -2,9 +2,8 @@
 //! `managedFields`), through discovery and paged lists, and the observed
 //! writers of each replica (`GET /observed`, or a saved copy).
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
@@ -112,25 +111,15 @@ pub async fn observed(source: &str) -> Result<ObservedWriters, FetchError> {
             let tcp = tokio::net::TcpStream::connect(authority)
                 .await
                 .map_err(|e| failed(e.to_string()))?;
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            tokio::spawn(connection);
             let request = hyper::Request::get(path)
                 .header(hyper::header::HOST, authority)
                 .body(Empty::<Bytes>::new())
                 .map_err(|e| failed(e.to_string()))?;
-            let response = sender.send_request(request).await.map_err(|e| failed(e.to_string()))?;
-            if !response.status().is_success() {
-                return Err(failed(format!("HTTP {}", response.status())));
+            let (status, body) = crate::http1::exchange(tcp, request).await.map_err(failed)?;
+            if !status.is_success() {
+                return Err(failed(format!("HTTP {status}")));
             }
-            response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| failed(e.to_string()))?
-                .to_bytes()
-                .to_vec()
+            body.to_vec()
         }
         None if source.contains("://") => return Err(failed("only http:// (the admin port) or a file".into())),
         None => std::fs::read(source).map_err(|e| failed(e.to_string()))?,
