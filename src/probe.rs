@@ -16,9 +16,11 @@ use hyper::body::Bytes;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionReview;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
@@ -276,33 +278,12 @@ async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
         .map_err(|e| format!("TLS with {} failed: {e}", target.server_name))?;
 
     let uid = format!("statusguard-probe-{}", rand::random::<u64>());
-    let object = json!({
-        "apiVersion": format!("{}/{}", resource.group, resource.version).trim_start_matches('/'),
-        "kind": "Probe",
-        "metadata": {"name": "statusguard-probe", "namespace": "default", "uid": uid},
-        "status": {},
-    });
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": resource.group, "version": resource.version, "kind": "Probe"},
-            "resource": {"group": resource.group, "version": resource.version, "resource": resource.resource},
-            "subResource": "status",
-            "name": "statusguard-probe",
-            "namespace": "default",
-            "operation": "UPDATE",
-            "userInfo": {"username": "statusguard:probe"},
-            "object": object,
-            "oldObject": object,
-            "dryRun": true,
-        },
-    });
+    let review = probe_review(resource, &uid);
+    let review = serde_json::to_vec(&review).map_err(|e| format!("cannot encode the review: {e}"))?;
     let request = hyper::Request::post(&target.path)
         .header(hyper::header::HOST, &target.server_name_port)
         .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(review.to_string())))
+        .body(Full::new(Bytes::from(review)))
         .map_err(|e| e.to_string())?;
     let (status, body) = crate::http1::exchange(stream, request).await?;
     if !status.is_success() {
@@ -323,6 +304,55 @@ async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
     Ok(())
 }
 
+/// A dry-run status UPDATE of an object that does not exist, changing
+/// nothing, from a user no document names: every mode must allow it.
+fn probe_review(resource: &Resource, uid: &str) -> AdmissionReview<DynamicObject> {
+    const KIND: &str = "Probe";
+    let kind = GroupVersionKind::gvk(&resource.group, &resource.version, KIND);
+    let object = DynamicObject {
+        types: Some(TypeMeta {
+            api_version: kind.api_version(),
+            kind: KIND.to_owned(),
+        }),
+        metadata: ObjectMeta {
+            name: Some("statusguard-probe".to_owned()),
+            namespace: Some("default".to_owned()),
+            uid: Some(uid.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: json!({ "status": {} }),
+    };
+    let request = AdmissionRequest {
+        types: TypeMeta::default(),
+        uid: uid.to_owned(),
+        kind,
+        resource: GroupVersionResource::gvr(&resource.group, &resource.version, &resource.resource),
+        sub_resource: Some("status".to_owned()),
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name: "statusguard-probe".to_owned(),
+        namespace: Some("default".to_owned()),
+        operation: Operation::Update,
+        user_info: UserInfo {
+            username: Some("statusguard:probe".to_owned()),
+            ..UserInfo::default()
+        },
+        object: Some(object.clone()),
+        old_object: Some(object),
+        dry_run: true,
+        options: None,
+    };
+    AdmissionReview {
+        types: TypeMeta {
+            api_version: "admission.k8s.io/v1".to_owned(),
+            kind: "AdmissionReview".to_owned(),
+        },
+        request: Some(request),
+        response: None,
+    }
+}
+
 /// `Err(Failed)` when any probe failed.
 pub fn failures(probed: &[Probed]) -> Result<(), ProbeError> {
     match probed.iter().filter(|p| p.result.is_err()).count() {
@@ -331,5 +361,53 @@ pub fn failures(probed: &[Probed]) -> Result<(), ProbeError> {
             failed,
             total: probed.len(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::{Endpoint, Outcome};
+    use crate::ownership::Ownership;
+    use crate::pipeline::{Verdict, answer};
+
+    /// The probe's review is what the server reads as a status UPDATE of the
+    /// guarded resource, and it is allowed in every mode at both endpoints:
+    /// a failed probe then means the path, not the write.
+    #[test]
+    fn the_probe_review_is_a_guarded_no_op_every_mode_allows() {
+        let resource = Resource {
+            group: "example.com".to_owned(),
+            version: "v1".to_owned(),
+            resource: "widgets".to_owned(),
+        };
+        let body = serde_json::to_vec(&probe_review(&resource, "uid-probe")).unwrap();
+        for mode in ["enforce", "trim", "audit"] {
+            let text =
+                include_str!("../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+            let rules = Ownership::from_yaml(&text).unwrap();
+            for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+                let answered = answer(Some(&rules), &body, endpoint);
+                assert_eq!(answered.http_status, 200, "{mode}/{}", endpoint.as_str());
+                let Verdict::Decided(decision) = answered.verdict else {
+                    panic!("{mode}/{}: not decided: {:?}", endpoint.as_str(), answered.verdict);
+                };
+                assert_eq!(decision.outcome, Outcome::Allowed, "{mode}/{}", endpoint.as_str());
+                assert_eq!(
+                    decision.labels.resource, "widgets",
+                    "{mode}: not read as the guarded resource"
+                );
+                let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&answered.body).unwrap();
+                let response = review.response.unwrap();
+                assert_eq!(response.uid, "uid-probe");
+                assert!(
+                    response.allowed,
+                    "{mode}/{}: {}",
+                    endpoint.as_str(),
+                    response.result.message
+                );
+                assert!(response.patch.is_none(), "{mode}: a no-op was patched");
+            }
+        }
     }
 }

@@ -249,12 +249,9 @@ impl Group {
     /// server's own failure policy and timeout, else both appended
     /// (`validate-ignore-10s`).
     fn path(&self, registration: &Registration) -> String {
-        let default_policy = if self.kind == "audit" {
-            FailurePolicy::Ignore
-        } else {
-            registration.failure_policy
-        };
-        if self.failure_policy == default_policy && self.timeout_seconds == registration.timeout_seconds {
+        if self.failure_policy == failure_policy(self.kind, None, registration)
+            && self.timeout_seconds == registration.timeout_seconds
+        {
             self.kind.to_owned()
         } else {
             format!(
@@ -267,9 +264,19 @@ impl Group {
     }
 }
 
+/// The failure policy of a resource in a webhook of `kind`: always `Ignore`
+/// for audit, where nothing is enforced, so a write is never blocked; else
+/// the resource's `own`, or the server's.
+fn failure_policy(kind: &str, own: Option<FailurePolicy>, registration: &Registration) -> FailurePolicy {
+    if kind == "audit" {
+        FailurePolicy::Ignore
+    } else {
+        own.unwrap_or(registration.failure_policy)
+    }
+}
+
 /// The resources of `modes`, grouped by the failure policy and timeout
-/// they have (their own, or the server's); audit resources always have
-/// `Ignore`: nothing is enforced for them, so a write is never blocked.
+/// they have (their own, or the server's).
 fn groups<'r>(
     registration: &Registration,
     rules: &'r Ownership,
@@ -278,13 +285,9 @@ fn groups<'r>(
 ) -> BTreeMap<Group, Vec<&'r ResourceRules>> {
     let mut groups: BTreeMap<Group, Vec<&ResourceRules>> = BTreeMap::new();
     for r in rules.resources().iter().filter(|r| modes.contains(&r.mode)) {
-        let failure_policy = match r.mode {
-            Mode::Audit => FailurePolicy::Ignore,
-            _ => r.failure_policy.unwrap_or(registration.failure_policy),
-        };
         let group = Group {
             kind,
-            failure_policy,
+            failure_policy: failure_policy(kind, r.failure_policy, registration),
             timeout_seconds: r.timeout_seconds.unwrap_or(registration.timeout_seconds),
         };
         groups.entry(group).or_default().push(r);
