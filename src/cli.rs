@@ -583,7 +583,7 @@ async fn suggest(args: &SuggestArgs) -> anyhow::Result<ExitCode> {
     }
     let mut drafts = Vec::new();
     for name in &args.resources {
-        let (group, resource) = crate::suggest::fetch::split_resource(name);
+        let (group, resource) = crate::suggest::split_resource_name(name);
         let objects =
             crate::suggest::fetch::objects(&client, &group, &resource, args.namespace.as_deref(), &args.conditions)
                 .await?;

@@ -14,26 +14,9 @@ use std::fmt::Write as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
+pub use crate::decision::Item;
 use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord};
-use crate::ownership::{Ownership, OwnershipError};
-
-/// An item of the status, as attributed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Item {
-    /// A field path below `.status` (dots between segments).
-    Field(String),
-    /// A condition type of a list keyed by type.
-    Condition(String),
-}
-
-impl std::fmt::Display for Item {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Item::Field(path) => write!(f, "status.{path}"),
-            Item::Condition(ty) => write!(f, "condition {ty}"),
-        }
-    }
-}
+use crate::ownership::{FieldPath, Ownership, OwnershipError};
 
 /// One object's status items by the field manager that set them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,6 +64,9 @@ pub fn object_fields(object: &str, entries: &[ManagedFieldsEntry], conditions_ke
 /// an object (its leaves are named), with none (or only `.`) a leaf; a list
 /// keyed or set-valued (`k:`/`v:` children) is a leaf, except the
 /// conditions list at the top, whose `k:{"type":…}` items are condition types.
+///
+/// A dot path cannot name a key that holds a dot, so an object with such a
+/// key is a leaf (owned whole), and such a key at the top is left out.
 fn collect(set: &Value, path: &mut Vec<String>, conditions_key: &str, items: &mut BTreeSet<Item>, atomic: &mut bool) {
     let Some(members) = set.as_object() else {
         return;
@@ -90,21 +76,22 @@ fn collect(set: &Value, path: &mut Vec<String>, conditions_key: &str, items: &mu
             continue;
         };
         let children = child.as_object();
-        let field_children = children.is_some_and(|c| c.keys().any(|k| k.starts_with("f:")));
-        let keyed_children: Vec<&String> = children
-            .map(|c| c.keys().filter(|k| k.starts_with("k:")).collect())
-            .unwrap_or_default();
+        let child_names = || children.into_iter().flat_map(|c| c.keys());
+        let field_names: Vec<&str> = child_names().filter_map(|k| k.strip_prefix("f:")).collect();
+        let nameable_children = !field_names.is_empty() && field_names.iter().all(|n| !n.contains('.'));
         path.push(name.to_owned());
         if path.len() == 1 && name == conditions_key {
-            let types: Vec<String> = keyed_children.iter().filter_map(|k| condition_key_type(k)).collect();
+            let types: Vec<String> = child_names().filter_map(|k| condition_key_type(k)).collect();
             if types.is_empty() {
                 *atomic = true;
             }
             items.extend(types.into_iter().map(Item::Condition));
-        } else if field_children {
+        } else if nameable_children {
             collect(child, path, conditions_key, items, atomic);
-        } else {
-            items.insert(Item::Field(path.join(".")));
+        } else if !name.contains('.')
+            && let Ok(field) = FieldPath::parse(&path.join("."))
+        {
+            items.insert(Item::Field(field));
         }
         path.pop();
     }
@@ -155,8 +142,10 @@ fn observed_items(records: &[&ResourceRecord]) -> BTreeMap<String, BTreeMap<Item
             }
             let items = by_identity.entry(writer.identity.clone()).or_default();
             for (path, n) in &writer.fields {
-                if path != OTHER_ITEM {
-                    *items.entry(Item::Field(path.clone())).or_default() += n;
+                if path != OTHER_ITEM
+                    && let Ok(field) = FieldPath::parse(path)
+                {
+                    *items.entry(Item::Field(field)).or_default() += n;
                 }
             }
             for (ty, n) in &writer.conditions {
@@ -174,7 +163,7 @@ fn observed_items(records: &[&ResourceRecord]) -> BTreeMap<String, BTreeMap<Item
 fn covers(observed: &Item, managed: &Item) -> bool {
     match (observed, managed) {
         (Item::Condition(a), Item::Condition(b)) => a == b,
-        (Item::Field(a), Item::Field(b)) => b == a || b.starts_with(&format!("{a}.")),
+        (Item::Field(a), Item::Field(b)) => b.is_within(a),
         _ => false,
     }
 }
@@ -293,9 +282,9 @@ impl Draft {
 
     /// Fields whose leaves all went to one writer are owned whole, at the
     /// top: the leaves are named only where writers split an object.
-    fn owned(&self) -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
-        let mut by_top: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        let mut owned: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    fn owned(&self) -> BTreeMap<String, (BTreeSet<FieldPath>, BTreeSet<String>)> {
+        let mut by_top: BTreeMap<&str, BTreeMap<&FieldPath, String>> = BTreeMap::new();
+        let mut owned: BTreeMap<String, (BTreeSet<FieldPath>, BTreeSet<String>)> = BTreeMap::new();
         for (item, setters) in &self.items {
             let Some(owner) = Self::owner_of(setters) else {
                 continue;
@@ -305,18 +294,20 @@ impl Draft {
                     owned.entry(owner.clone()).or_default().1.insert(ty.clone());
                 }
                 Item::Field(path) => {
-                    let top = path.split('.').next().unwrap_or(path).to_owned();
-                    by_top.entry(top).or_default().insert(path.clone(), owner.clone());
+                    let top = path.segments().first().map_or("", String::as_str);
+                    by_top.entry(top).or_default().insert(path, owner.clone());
                 }
             }
         }
         for (top, leaves) in by_top {
             let owners: BTreeSet<&String> = leaves.values().collect();
-            if let [owner] = owners.into_iter().collect::<Vec<_>>()[..] {
+            if let [owner] = owners.into_iter().collect::<Vec<_>>()[..]
+                && let Ok(top) = FieldPath::parse(top)
+            {
                 owned.entry(owner.clone()).or_default().0.insert(top);
             } else {
                 for (path, owner) in leaves {
-                    owned.entry(owner).or_default().0.insert(path);
+                    owned.entry(owner).or_default().0.insert(path.clone());
                 }
             }
         }
@@ -335,10 +326,9 @@ impl Draft {
             *text += "    writers:\n";
         }
         let contested: BTreeSet<&Item> = self.contested().into_iter().map(|(i, _)| i).collect();
-        let marks = |text: &mut String, marked: Vec<&String>| {
+        let marks = |text: &mut String, marked: Vec<String>| {
             if !marked.is_empty() {
-                let names: Vec<&str> = marked.iter().map(|m| m.as_str()).collect();
-                let _ = write!(text, "  # contested: {}", names.join(", "));
+                let _ = write!(text, "  # contested: {}", marked.join(", "));
             }
             *text += "\n";
         };
@@ -377,26 +367,31 @@ impl Draft {
                     let _ = writeln!(text, "      - user: {}", yaml_string(writer));
                 }
             }
-            let list = |items: &BTreeSet<String>| -> String {
-                items.iter().map(|i| yaml_string(i)).collect::<Vec<_>>().join(", ")
-            };
+            let list =
+                |items: Vec<String>| -> String { items.iter().map(|i| yaml_string(i)).collect::<Vec<_>>().join(", ") };
             if !fields.is_empty() {
-                let _ = write!(text, "        fields: [{}]", list(fields));
+                let _ = write!(
+                    text,
+                    "        fields: [{}]",
+                    list(fields.iter().map(ToString::to_string).collect())
+                );
                 let marked = fields
                     .iter()
-                    .filter(|f| {
-                        contested
-                            .iter()
-                            .any(|c| matches!(c, Item::Field(p) if p == *f || p.starts_with(&format!("{f}."))))
-                    })
+                    .filter(|f| contested.iter().any(|c| matches!(c, Item::Field(p) if p.is_within(f))))
+                    .map(ToString::to_string)
                     .collect();
                 marks(text, marked);
             }
             if !conditions.is_empty() {
-                let _ = write!(text, "        conditions: [{}]", list(conditions));
+                let _ = write!(
+                    text,
+                    "        conditions: [{}]",
+                    list(conditions.iter().cloned().collect())
+                );
                 let marked = conditions
                     .iter()
                     .filter(|t| contested.contains(&Item::Condition((*t).clone())))
+                    .cloned()
                     .collect();
                 marks(text, marked);
             }
@@ -447,10 +442,25 @@ impl Draft {
 impl Draft {
     /// `resource.group` (or `resource` for the core group).
     pub fn name(&self) -> String {
-        match self.group.as_str() {
-            "" => self.resource.clone(),
-            group => format!("{}.{group}", self.resource),
-        }
+        resource_name(&self.group, &self.resource)
+    }
+}
+
+/// `resource.group`, e.g. `widgets.example.com` (`resource` alone for the
+/// core group): how the command line names a resource.
+pub fn resource_name(group: &str, resource: &str) -> String {
+    match group {
+        "" => resource.to_owned(),
+        group => format!("{resource}.{group}"),
+    }
+}
+
+/// The inverse of [`resource_name`]: (group, resource); a name without a
+/// dot is a core resource.
+pub fn split_resource_name(name: &str) -> (String, String) {
+    match name.split_once('.') {
+        Some((resource, group)) => (group.to_owned(), resource.to_owned()),
+        None => (String::new(), name.to_owned()),
     }
 }
 

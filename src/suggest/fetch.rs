@@ -36,14 +36,6 @@ pub enum FetchError {
     },
 }
 
-/// `widgets.example.com` to (group, resource); a name without a dot is core.
-pub fn split_resource(name: &str) -> (String, String) {
-    match name.split_once('.') {
-        Some((resource, group)) => (group.to_owned(), resource.to_owned()),
-        None => (String::new(), name.to_owned()),
-    }
-}
-
 /// Every object of `group`/`resource` (in `namespace`, or all), read in
 /// pages, as the status fields their managers set.
 pub async fn objects(
@@ -53,10 +45,7 @@ pub async fn objects(
     namespace: Option<&str>,
     conditions_key: &str,
 ) -> Result<Vec<ObjectFields>, FetchError> {
-    let name = match group {
-        "" => resource.to_owned(),
-        group => format!("{resource}.{group}"),
-    };
+    let name = super::resource_name(group, resource);
     let discovery = Discovery::new(client.clone())
         .filter(&[group])
         .run()
@@ -104,15 +93,19 @@ pub async fn observed(source: &str) -> Result<ObservedWriters, FetchError> {
         reason,
     };
     let body = match source.strip_prefix("http://") {
-        Some(rest) => {
-            let (authority, path) = rest
-                .split_once('/')
-                .map_or((rest, "/observed".to_owned()), |(a, p)| (a, format!("/{p}")));
-            let tcp = tokio::net::TcpStream::connect(authority)
+        Some(_) => {
+            let uri: hyper::Uri = source.parse().map_err(|e| failed(format!("not a URL: {e}")))?;
+            let authority = uri.authority().ok_or_else(|| failed("the URL names no host".into()))?;
+            // The admin port's record, unless the URL names another path.
+            let path = match uri.path_and_query().map(|p| p.as_str()) {
+                None | Some("/") => "/observed",
+                Some(path) => path,
+            };
+            let tcp = tokio::net::TcpStream::connect(authority.as_str())
                 .await
                 .map_err(|e| failed(e.to_string()))?;
             let request = hyper::Request::get(path)
-                .header(hyper::header::HOST, authority)
+                .header(hyper::header::HOST, authority.as_str())
                 .body(Empty::<Bytes>::new())
                 .map_err(|e| failed(e.to_string()))?;
             let (status, body) = crate::http1::exchange(tcp, request).await.map_err(failed)?;

@@ -15,6 +15,10 @@ fn entry(manager: &str, subresource: Option<&str>, status: Value) -> ManagedFiel
     }
 }
 
+fn field(path: &str) -> Item {
+    Item::Field(FieldPath::parse(path).unwrap())
+}
+
 fn ready(types: &[&str]) -> Value {
     let mut conditions = serde_json::Map::new();
     conditions.insert(".".into(), json!({}));
@@ -94,9 +98,9 @@ fn managed_fields_name_leaves_whole_objects_and_condition_types() {
     assert_eq!(
         fields.managers["widget-controller"],
         [
-            Item::Field("observedGeneration".into()),
-            Item::Field("summary.ready".into()),
-            Item::Field("summary.total".into()),
+            field("observedGeneration"),
+            field("summary.ready"),
+            field("summary.total"),
             Item::Condition("Ready".into()),
         ]
         .into_iter()
@@ -109,6 +113,25 @@ fn managed_fields_name_leaves_whole_objects_and_condition_types() {
         "conditions",
     );
     assert!(atomic.atomic_conditions.contains("m"));
+}
+
+/// A dot path cannot name a key holding a dot: its object is owned whole,
+/// and such a key at the top is left out rather than misnamed.
+#[test]
+fn keys_with_dots_are_owned_through_their_object() {
+    let fields = object_fields(
+        "x",
+        &[entry(
+            "m",
+            Some("status"),
+            json!({"f:endpoints": {"f:a.example.com": {}, "f:b": {}}, "f:top.level": {}, "f:plain": {}}),
+        )],
+        "conditions",
+    );
+    assert_eq!(
+        fields.managers["m"],
+        [field("endpoints"), field("plain")].into_iter().collect()
+    );
 }
 
 #[test]
@@ -169,4 +192,12 @@ fn names_that_are_not_plain_are_quoted() {
     assert_eq!(yaml_string("true"), "\"true\"");
     assert_eq!(yaml_string(""), "\"\"");
     assert_eq!(yaml_string("1.5"), "\"1.5\"");
+}
+
+#[test]
+fn resource_names_split_and_join() {
+    for (name, group, resource) in [("widgets.example.com", "example.com", "widgets"), ("pods", "", "pods")] {
+        assert_eq!(split_resource_name(name), (group.to_owned(), resource.to_owned()));
+        assert_eq!(resource_name(group, resource), name);
+    }
 }
