@@ -121,6 +121,8 @@ pub struct Decision {
     /// The group and resource as metric labels: the configured names, or
     /// [`UNCONFIGURED`] for both when the rules do not name the resource.
     pub labels: ResourceLabels,
+    /// The resource's mode; `None` when the rules do not name it.
+    pub mode: Option<Mode>,
     /// The violations this decision acted on (denied, restored or reported).
     pub violations: Vec<Violation>,
     /// The answer to send.
@@ -290,7 +292,8 @@ fn decide_at(
     statuses: Statuses<'_>,
 ) -> Result<Decision, DecisionError> {
     let writer = request.username();
-    let labels = match rules.resource(&request.resource.group, &request.resource.resource) {
+    let configured = rules.resource(&request.resource.group, &request.resource.resource);
+    let labels = match configured {
         Some(r) => ResourceLabels {
             group: r.group.clone(),
             resource: r.resource.clone(),
@@ -304,6 +307,7 @@ fn decide_at(
         outcome,
         writer: writer.to_owned(),
         labels: labels.clone(),
+        mode: configured.map(|r| r.mode),
         violations,
         response,
     };

@@ -566,14 +566,7 @@ async fn the_admin_port_serves_who_changed_which_items() {
     second["request"]["object"]["status"]["replicas"] = json!(7);
     review_response(&client, &url, &second).await;
     let observed = support::wait::retry_until(Duration::from_secs(5), "both writes are recorded", || async {
-        let observed: Value = plain_client()
-            .get(server.admin_url("/observed"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let observed = server.observed().await;
         match observed["resources"][0]["writers"][0]["writes"].as_u64() {
             Some(2) => Ok(observed),
             _ => Err(observed),
@@ -595,4 +588,40 @@ async fn the_admin_port_serves_who_changed_which_items() {
         ),
         "{metrics}"
     );
+}
+
+/// A trim resource's write passes /mutate and then /validate: it is
+/// recorded once, at /mutate, where it is seen before it is trimmed.
+#[tokio::test]
+async fn a_trimmed_write_is_recorded_once() {
+    let (server, client, _dir) = start_in_mode("trim").await;
+    review_response(&client, &server.url("/mutate"), &stale_review()).await;
+    review_response(&client, &server.url("/validate"), &stale_review()).await;
+    // One consumer takes the queue in order: once a later write is
+    // recorded, the /validate call has been dealt with too.
+    let mut marker = stale_review();
+    marker["request"]["userInfo"]["username"] = json!("marker");
+    review_response(&client, &server.url("/mutate"), &marker).await;
+    let observed = support::wait::retry_until(Duration::from_secs(5), "the marker write is recorded", || async {
+        let observed = server.observed().await;
+        let writers = observed["resources"][0]["writers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match writers.iter().any(|w| w["identity"] == "marker") {
+            true => Ok(writers),
+            false => Err(observed),
+        }
+    })
+    .await;
+    let scaler = writers_named(&observed, "system:serviceaccount:platform:widget-scaler");
+    assert_eq!(scaler["writes"], 1, "{observed:?}");
+    assert_eq!(scaler["fields"], json!({"observedGeneration": 1, "replicas": 1}));
+}
+
+fn writers_named<'a>(writers: &'a [Value], identity: &str) -> &'a Value {
+    writers
+        .iter()
+        .find(|w| w["identity"] == identity)
+        .unwrap_or_else(|| panic!("{identity} is not recorded: {writers:?}"))
 }

@@ -86,12 +86,10 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
 /// write: at `/mutate` for trim resources (`/validate` then sees the
 /// trimmed object), at `/validate` for the others.
 fn observe(app: &App, endpoint: Endpoint, body: &Bytes, rules: Arc<Ownership>, decision: &Decision) {
-    let Some(resource) = rules.resource(&decision.labels.group, &decision.labels.resource) else {
-        return;
-    };
-    let observed_at = match resource.mode {
-        Mode::Trim => Endpoint::Mutate,
-        _ => Endpoint::Validate,
+    let observed_at = match decision.mode {
+        None => return,
+        Some(Mode::Trim) => Endpoint::Mutate,
+        Some(_) => Endpoint::Validate,
     };
     if endpoint == observed_at {
         app.observations.offer(&app.metrics, body, rules, decision);

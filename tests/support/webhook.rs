@@ -78,16 +78,26 @@ impl RunningServer {
         format!("http://{}{path}", self.admin)
     }
 
-    /// The admin port's /metrics text.
-    pub async fn metrics(&self) -> String {
+    /// The admin port's answer at `path`.
+    pub async fn admin_text(&self, path: &str) -> String {
         plain_client()
-            .get(self.admin_url("/metrics"))
+            .get(self.admin_url(path))
             .send()
             .await
             .unwrap()
             .text()
             .await
             .unwrap()
+    }
+
+    /// The admin port's /metrics text.
+    pub async fn metrics(&self) -> String {
+        self.admin_text("/metrics").await
+    }
+
+    /// The admin port's record of observed writes (`GET /observed`).
+    pub async fn observed(&self) -> serde_json::Value {
+        serde_json::from_str(&self.admin_text("/observed").await).unwrap()
     }
 
     /// Starts the graceful shutdown; `done` finishes when it has drained.
