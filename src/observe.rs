@@ -278,7 +278,7 @@ impl Observer {
     }
 
     /// Counts one write; returns the identity it was counted under.
-    pub fn record(&mut self, write: &ObservedWrite) -> &str {
+    pub fn record(&mut self, write: &ObservedWrite) -> String {
         let known = self.identities.contains(&write.writer);
         let identity = if known || self.identities.len() < self.max_identities {
             if !known {
@@ -311,7 +311,7 @@ impl Observer {
             };
             *map.entry(key).or_default() += 1;
         }
-        &self.by_resource[&(write.group.clone(), write.resource.clone())][&identity].identity
+        identity
     }
 
     /// The record as served.

@@ -380,21 +380,18 @@ impl Signals {
     async fn recv(&mut self) {
         #[cfg(unix)]
         {
-            let terminate = async {
-                match &mut self.terminate {
-                    Some(signal) => signal.recv().await,
+            // A signal that could not be listened for never arrives.
+            async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
                     None => std::future::pending().await,
                 }
-            };
-            let interrupt = async {
-                match &mut self.interrupt {
-                    Some(signal) => signal.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
+            }
             tokio::select! {
-                _ = terminate => {},
-                _ = interrupt => {},
+                _ = next(&mut self.terminate) => {},
+                _ = next(&mut self.interrupt) => {},
             }
         }
         #[cfg(not(unix))]

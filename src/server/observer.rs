@@ -159,10 +159,43 @@ impl Observations {
     }
 }
 
+/// What an Event reports: a rollback the webhook stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Stopped {
+    Denied,
+    Trimmed,
+}
+
+impl Stopped {
+    fn of(outcome: Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Denied => Some(Self::Denied),
+            Outcome::Trimmed => Some(Self::Trimmed),
+            _ => None,
+        }
+    }
+
+    /// The Event's reason, and the metric label.
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Denied => "StatusRollbackDenied",
+            Self::Trimmed => "StatusRollbackTrimmed",
+        }
+    }
+
+    /// What became of the write, in the Event's note.
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Denied => "denied",
+            Self::Trimmed => "trimmed (the owners' items restored)",
+        }
+    }
+}
+
 /// An Event to send.
 #[derive(Debug)]
 struct Pending {
-    reason: &'static str,
+    stopped: Stopped,
     write: ObservedWrite,
     violations: Vec<Violation>,
 }
@@ -189,23 +222,21 @@ async fn observe(
         }
         if let Ok(mut record) = record.lock() {
             let identity = record.record(&write);
-            metrics.observed(&write.group, &write.resource, identity);
+            metrics.observed(&write.group, &write.resource, &identity);
         }
-        let reason = match job.outcome {
-            Outcome::Denied => "StatusRollbackDenied",
-            Outcome::Trimmed => "StatusRollbackTrimmed",
-            _ => continue,
+        let Some(stopped) = Stopped::of(job.outcome) else {
+            continue;
         };
         if let Some(events) = &events
             && events
                 .try_send(Pending {
-                    reason,
+                    stopped,
                     write,
                     violations: job.violations,
                 })
                 .is_err()
         {
-            metrics.event(reason, "dropped");
+            metrics.event(stopped.reason(), "dropped");
         }
     }
 }
@@ -223,17 +254,18 @@ async fn send_events(
     // kube-runtime's recorder: repeats of one (object, reason, writer) become
     // one Event whose series counts them.
     let recorder = Recorder::new(client, reporter);
-    let mut last_sent: HashMap<(String, &'static str, String), Instant> = HashMap::new();
+    let mut last_sent: HashMap<(String, Stopped, String), Instant> = HashMap::new();
     while let Some(pending) = queue.recv().await {
         let object = pending
             .write
             .uid
             .clone()
             .unwrap_or_else(|| format!("{:?}/{}", pending.write.namespace, pending.write.name));
-        let key = (object, pending.reason, pending.write.writer.clone());
+        let reason = pending.stopped.reason();
+        let key = (object, pending.stopped, pending.write.writer.clone());
         let now = Instant::now();
         if last_sent.get(&key).is_some_and(|at| now.duration_since(*at) < interval) {
-            metrics.event(pending.reason, "limited");
+            metrics.event(reason, "limited");
             continue;
         }
         if last_sent.len() > 10_000 {
@@ -242,14 +274,14 @@ async fn send_events(
         last_sent.insert(key, now);
         let (event, regarding) = event_for(&pending);
         match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(&event, &regarding)).await {
-            Ok(Ok(())) => metrics.event(pending.reason, "sent"),
+            Ok(Ok(())) => metrics.event(reason, "sent"),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, object = %pending.write.name, "could not send an Event");
-                metrics.event(pending.reason, "failed");
+                metrics.event(reason, "failed");
             }
             Err(_) => {
                 tracing::warn!(object = %pending.write.name, "the Events API did not answer in time");
-                metrics.event(pending.reason, "failed");
+                metrics.event(reason, "failed");
             }
         }
     }
@@ -258,10 +290,7 @@ async fn send_events(
 /// The Event for a denied or trimmed write, and the object it regards.
 fn event_for(pending: &Pending) -> (Event, ObjectReference) {
     let write = &pending.write;
-    let verb = match pending.reason {
-        "StatusRollbackDenied" => "denied",
-        _ => "trimmed (the owners' items restored)",
-    };
+    let verb = pending.stopped.verb();
     let items: Vec<String> = pending.violations.iter().map(ToString::to_string).collect();
     let note = event_note(format!(
         "status write by {} {verb}: it changed {}",
@@ -270,7 +299,7 @@ fn event_for(pending: &Pending) -> (Event, ObjectReference) {
     ));
     let event = Event {
         type_: EventType::Warning,
-        reason: pending.reason.into(),
+        reason: pending.stopped.reason().into(),
         note: Some(note),
         action: "ReviewStatusWrite".into(),
         secondary: writer_reference(&write.writer),
