@@ -129,26 +129,12 @@ async fn install_counter_crd(admin: &Client) {
         .await
         .expect("the Counter CRD is established")
         .unwrap();
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let roles: Api<ClusterRole> = Api::all(admin.clone());
-    cluster::ensure_json(
-        &roles,
-        json!({"metadata": {"name": "counter-writer"}, "rules": [{
-            "apiGroups": ["stress.example.com"], "resources": ["counters", "counters/status"],
-            "verbs": ["get", "list", "watch", "update", "patch"]}]}),
-    )
-    .await;
-    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
-    for n in 1..=5 {
-        cluster::service_account(admin, WRITERS_NS, &format!("writer-{n}")).await;
-        cluster::ensure_json(
-            &bindings,
-            json!({"metadata": {"name": format!("counter-writer-{n}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "counter-writer"},
-                "subjects": [{"kind": "ServiceAccount", "namespace": WRITERS_NS, "name": format!("writer-{n}")}]}),
-        )
-        .await;
+    let writers: Vec<String> = (1..=5).map(|n| format!("writer-{n}")).collect();
+    for writer in &writers {
+        cluster::service_account(admin, WRITERS_NS, writer).await;
     }
+    let subjects: Vec<(&str, &str)> = writers.iter().map(|w| (WRITERS_NS, w.as_str())).collect();
+    cluster::grant_status_writers(admin, "counter-writer", "stress.example.com", "counters", &subjects).await;
 }
 
 // ---- what the clients saw ---------------------------------------------

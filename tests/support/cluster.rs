@@ -481,12 +481,18 @@ pub async fn install_widget_crd(client: &Client) {
 
 /// Grants `subjects` (namespace, name) get/list/watch/update/patch on widgets and widgets/status.
 pub async fn grant_widget_writers(client: &Client, subjects: &[(&str, &str)]) {
+    grant_status_writers(client, "widget-writer", "example.com", "widgets", subjects).await;
+}
+
+/// Grants `subjects` (namespace, name) get/list/watch/update/patch on
+/// `resource` of `group` and its status, through the ClusterRole `role`.
+pub async fn grant_status_writers(client: &Client, role: &str, group: &str, resource: &str, subjects: &[(&str, &str)]) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let roles: Api<ClusterRole> = Api::all(client.clone());
     ensure_json(
         &roles,
-        json!({"metadata": {"name": "widget-writer"}, "rules": [{
-            "apiGroups": ["example.com"], "resources": ["widgets", "widgets/status"],
+        json!({"metadata": {"name": role}, "rules": [{
+            "apiGroups": [group], "resources": [resource, format!("{resource}/status")],
             "verbs": ["get", "list", "watch", "update", "patch"]}]}),
     )
     .await;
@@ -494,8 +500,8 @@ pub async fn grant_widget_writers(client: &Client, subjects: &[(&str, &str)]) {
     for (ns, name) in subjects {
         ensure_json(
             &bindings,
-            json!({"metadata": {"name": format!("widget-writer-{ns}-{name}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widget-writer"},
+            json!({"metadata": {"name": format!("{role}-{ns}-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                 "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": name}]}),
         )
         .await;
