@@ -217,17 +217,17 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
                 "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
     );
-    let quiet = documents(&template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap());
-    let role = quiet.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let quiet = template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap();
+    let role = documents(&quiet)
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .unwrap();
     assert_eq!(
         role["rules"].as_array().unwrap().len(),
         1,
         "no Events, no grant: {role}"
     );
-    let quiet_args = container_args(
-        &template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap(),
-        "Deployment",
-    );
+    let quiet_args = container_args(&quiet, "Deployment");
     assert!(quiet_args.contains(&"--events=false".to_owned()), "{quiet_args:?}");
     let role = find("Role");
     assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));

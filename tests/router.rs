@@ -17,13 +17,18 @@ use tower::ServiceExt as _;
 const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
-fn app_with_rules() -> Arc<App> {
-    let app = App::new(
+/// Handlers' state with these limits, no rules, and the observer's defaults.
+fn app(max_body_bytes: usize, request_timeout: Duration) -> Arc<App> {
+    App::new(
         Arc::new(Metrics::default()),
-        16 * 1024 * 1024,
-        Duration::from_secs(5),
+        max_body_bytes,
+        request_timeout,
         Default::default(),
-    );
+    )
+}
+
+fn app_with_rules() -> Arc<App> {
+    let app = app(16 * 1024 * 1024, Duration::from_secs(5));
     app.rules.replace(RulesSource::Embedded.load_local().unwrap());
     app
 }
@@ -83,12 +88,7 @@ async fn review(router: Router, path: &str, body: String) -> Value {
 
 #[tokio::test]
 async fn readiness_follows_the_rules_and_the_shutdown() {
-    let app = App::new(
-        Arc::new(Metrics::default()),
-        1024,
-        Duration::from_secs(1),
-        Default::default(),
-    );
+    let app = app(1024, Duration::from_secs(1));
     let router = || admin::router(app.clone());
     let (status, _, body) = call(router(), Method::GET, "/readyz", Body::empty()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -109,12 +109,7 @@ async fn readiness_follows_the_rules_and_the_shutdown() {
 
 #[tokio::test]
 async fn without_rules_a_review_gets_503_for_the_failure_policy() {
-    let app = App::new(
-        Arc::new(Metrics::default()),
-        1024 * 1024,
-        Duration::from_secs(1),
-        Default::default(),
-    );
+    let app = app(1024 * 1024, Duration::from_secs(1));
     let body = review_text(SCALER, &[], "{}", "{}");
     let (status, _, text) = call(admission::router(app), Method::POST, "/validate", body).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
@@ -122,12 +117,7 @@ async fn without_rules_a_review_gets_503_for_the_failure_policy() {
 
 #[tokio::test]
 async fn methods_paths_and_limits() {
-    let app = App::new(
-        Arc::new(Metrics::default()),
-        1024,
-        Duration::from_secs(1),
-        Default::default(),
-    );
+    let app = app(1024, Duration::from_secs(1));
     app.rules.replace(RulesSource::Embedded.load_local().unwrap());
     let router = || admission::router(app.clone());
     assert_eq!(
