@@ -62,9 +62,7 @@ async fn null_webhook(dir: &std::path::Path) -> Result<(u16, String, Arc<AtomicU
             }
         },
     ));
-    let limits = statusguard::server::accept::AcceptLimits {
-        header_read_timeout: Duration::from_secs(10),
-    };
+    let limits = statusguard::server::accept::AcceptLimits::of(&Default::default());
     tokio::spawn(statusguard::server::accept::serve_tls(
         listener,
         acceptor,

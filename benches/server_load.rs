@@ -41,9 +41,7 @@ fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
         let resolver = statusguard::tls::SwappableCert::new(key);
         let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::tls::server_config(resolver)?));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-        let limits = statusguard::server::accept::AcceptLimits {
-            header_read_timeout: Duration::from_secs(10),
-        };
+        let limits = statusguard::server::accept::AcceptLimits::of(&Default::default());
         statusguard::server::accept::serve_tls(
             listener,
             acceptor,

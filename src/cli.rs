@@ -16,6 +16,7 @@ use crate::ownership::Ownership;
 use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::ca::ManagedCerts;
+use crate::server::limits;
 use crate::server::{ServeConfig, Server, shutdown_signal};
 use crate::tls::{CertFiles, generate_certificates};
 use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
@@ -102,15 +103,9 @@ pub struct ServeArgs {
     /// The serving certificate.
     #[command(flatten)]
     pub tls: TlsArgs,
-    /// Largest request body accepted; larger ones get 413.
-    #[arg(long, default_value_t = 16 * 1024 * 1024, env = "STATUSGUARD_MAX_BODY_BYTES")]
-    pub max_body_bytes: usize,
-    /// Time allowed for a client's TLS handshake and request headers.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "STATUSGUARD_HEADER_READ_TIMEOUT")]
-    pub header_read_timeout: Duration,
-    /// Time allowed for a request body (the API server waits at most 30 s for a webhook).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "STATUSGUARD_REQUEST_TIMEOUT")]
-    pub request_timeout: Duration,
+    /// What a caller can make the server hold, and how long it may take.
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// After SIGTERM, how long readiness is 503 while connections are still
     /// accepted and served, before the server stops accepting and drains.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, env = "STATUSGUARD_SHUTDOWN_DELAY")]
@@ -127,6 +122,55 @@ pub struct ServeArgs {
     /// What the server records of the status writes it sees, and the Events.
     #[command(flatten)]
     pub observe: ObserveArgs,
+}
+
+/// The bounds on what any caller of the TLS port can make the server hold
+/// (see the README's "Security model").
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Largest request body accepted; larger ones get 413. The default holds
+    /// the largest review the API server sends with etcd's default object
+    /// limit (1.5 MiB); raise it with etcd's --max-request-bytes.
+    #[arg(long, default_value_t = limits::DEFAULT_MAX_BODY_BYTES, env = "STATUSGUARD_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+    /// Request body bytes held at once, across all requests (reserved from
+    /// Content-Length before a body is read); a request that finds no room
+    /// within --request-timeout gets 429. At least --max-body-bytes.
+    #[arg(long, default_value_t = 4 * limits::DEFAULT_MAX_BODY_BYTES, env = "STATUSGUARD_MAX_INFLIGHT_BYTES")]
+    pub max_inflight_bytes: usize,
+    /// Requests read or decided at once; more wait, then get 429.
+    #[arg(long, default_value_t = 256, env = "STATUSGUARD_MAX_INFLIGHT_REQUESTS")]
+    pub max_inflight_requests: usize,
+    /// TLS connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 512, env = "STATUSGUARD_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// Threads deciding large reviews (over 128 KiB) at once, off the async
+    /// workers; default: the CPUs the process may use.
+    #[arg(long, env = "STATUSGUARD_DECISION_THREADS")]
+    pub decision_threads: Option<usize>,
+    /// Time allowed for a client's TLS handshake, its first byte and request headers.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "STATUSGUARD_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Duration,
+    /// Time allowed for a request to find room under the limits, and again
+    /// for its body (the API server waits at most 30 s for a webhook).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "STATUSGUARD_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+}
+
+impl LimitArgs {
+    /// The server's limits from the flags.
+    pub fn limits(&self) -> limits::Limits {
+        let defaults = limits::Limits::default();
+        limits::Limits {
+            max_body_bytes: self.max_body_bytes,
+            max_inflight_bytes: self.max_inflight_bytes,
+            max_inflight_requests: self.max_inflight_requests,
+            max_connections: self.max_connections,
+            decision_threads: self.decision_threads.unwrap_or(defaults.decision_threads),
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+        }
+    }
 }
 
 /// The observer of status writes (`GET /observed` on the admin port) and
@@ -363,9 +407,7 @@ impl ServeArgs {
             tls_reload_interval: self.tls.tls_reload_interval,
             write_ca: self.tls.write_ca,
             tls_sans: self.tls.tls_sans,
-            max_body_bytes: self.max_body_bytes,
-            header_read_timeout: self.header_read_timeout,
-            request_timeout: self.request_timeout,
+            limits: self.limits.limits(),
             shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
             managed_certs: managed_certs.clone(),

@@ -23,6 +23,7 @@ use crate::review::{
     Depth, ObjectView, ProjectError, ProjectedStatuses, RequestHead, ReviewError, ReviewRequest, is_status_update,
     nesting_depth, parse_request, parse_request_projecting, project_status,
 };
+use crate::value_budget::{REVIEW_VALUE_BUDGET, ValueBudget};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +164,17 @@ pub enum DecisionError {
         /// Its nesting.
         depth: usize,
     },
+    /// Its owned values would cost more memory to compare than a review is
+    /// given ([`REVIEW_VALUE_BUDGET`]): no status the API server can store
+    /// comes near it, only a forged review.
+    #[error(
+        "the owned values of {which} would need more than {} MiB to compare; statusguard gives one review that much",
+        REVIEW_VALUE_BUDGET / (1024 * 1024)
+    )]
+    TooLarge {
+        /// `object` or `oldObject`.
+        which: &'static str,
+    },
     /// Building the JSON Patch failed (a bug, reported in-band as 500).
     #[error("could not build the restoring patch: {0}")]
     Patch(String),
@@ -174,6 +186,7 @@ impl DecisionError {
     pub fn code(&self) -> u16 {
         match self {
             DecisionError::Patch(_) => 500,
+            DecisionError::TooLarge { .. } => 413,
             _ => 400,
         }
     }
@@ -208,6 +221,8 @@ pub fn read_and_decide<'b>(
     body: &'b [u8],
     endpoint: Endpoint,
 ) -> Result<(ReviewRequest<'b>, Result<Decision, DecisionError>), ReviewError> {
+    // Every value built from this body spends from one budget.
+    let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     let plan_paths = |head: RequestHead<'_>| match plan(rules, head, endpoint) {
         Plan::Read(resource_rules) => Some(&resource_rules.read_paths),
         Plan::Answer(_) => None,
@@ -230,6 +245,7 @@ pub fn read_and_decide<'b>(
 /// same way, on a stack allocated for their measured depth, up to
 /// [`MAX_NESTING`] levels.
 pub fn decide(rules: &Ownership, request: &ReviewRequest<'_>, endpoint: Endpoint) -> Result<Decision, DecisionError> {
+    let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     match decide_at(rules, request, endpoint, Statuses::Project(Depth::Bounded)) {
         Err(DecisionError::TooDeep { .. }) => {
             let mut deepest = 0;
@@ -345,6 +361,7 @@ fn decide_at(
                 };
                 project_status(raw, &resource_rules.read_paths, depth).map_err(|e| match e {
                     ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
+                    ProjectError::TooLarge => DecisionError::TooLarge { which },
                     other => DecisionError::Malformed {
                         which,
                         reason: other.to_string(),

@@ -51,6 +51,7 @@ pub mod review;
 pub mod rules;
 #[cfg(feature = "client")]
 pub mod suggest;
+mod value_budget;
 
 #[cfg(feature = "client")]
 pub mod flush;

@@ -7,6 +7,12 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use statusguard::cli::{Cli, init_logging, run};
 
+/// jemalloc, configured in .cargo/config.toml to give freed memory back to
+/// the system within a second: glibc's malloc keeps what a burst of large
+/// reviews took, in one arena per thread.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

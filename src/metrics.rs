@@ -60,6 +60,7 @@ pub(crate) struct EventLabels {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    refused_unread: Family<ResultLabels, Counter>,
     duration: Family<EndpointLabels, Histogram>,
     violations: Family<ViolationLabels, Counter>,
     rules_generation: Gauge,
@@ -89,6 +90,12 @@ impl Default for Metrics {
             "admission_requests",
             "Admission reviews answered, by endpoint, resource and decision",
             requests.clone(),
+        );
+        let refused_unread = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "requests_refused_unread",
+            "Requests refused before their body was read, by result (too_large: over --max-body-bytes; busy: no room under --max-inflight-bytes or --max-inflight-requests in time)",
+            refused_unread.clone(),
         );
         // 50 µs to ~0.8 s: the decision is microseconds, a large object's
         // parse a few milliseconds.
@@ -183,6 +190,7 @@ impl Default for Metrics {
         Self {
             registry,
             requests,
+            refused_unread,
             duration,
             violations,
             rules_generation,
@@ -228,6 +236,12 @@ impl Metrics {
                 endpoint: endpoint.as_str(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A request refused before its body was read: 413 (`too_large`) or 429 (`busy`).
+    pub fn refused_before_reading(&self, status: u16) {
+        let result = if status == 413 { "too_large" } else { "busy" };
+        self.refused_unread.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Records a review that could not be answered (bad input).

@@ -488,6 +488,9 @@ pub(crate) enum ProjectError {
     /// with [`Depth::Unbounded`] on a stack that fits [`nesting_depth`].
     #[error("nested deeper than the bounded parse allows")]
     TooDeep,
+    /// Its values would need more memory than one review is given.
+    #[error("{}", crate::value_budget::BudgetExceeded)]
+    TooLarge,
     /// Not JSON (the API server never sends this).
     #[error("the object is not valid JSON: {0}")]
     Malformed(serde_json::Error),
@@ -510,6 +513,8 @@ pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) 
         .map_err(|e| {
             if is_recursion_limit(&e) {
                 ProjectError::TooDeep
+            } else if crate::value_budget::is_budget_exceeded(&e) {
+                ProjectError::TooLarge
             } else {
                 ProjectError::Malformed(e)
             }
@@ -611,7 +616,7 @@ impl<'de> DeserializeSeed<'de> for Projection<'_> {
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
         if self.0.is_whole() {
-            Value::deserialize(deserializer)
+            crate::value_budget::build(deserializer)
         } else if let Some(types) = self.0.condition_types() {
             deserializer.deserialize_any(ConditionsOf(types, self.1))
         } else {
@@ -739,7 +744,7 @@ impl<'de> Visitor<'de> for ConditionItem<'_> {
             }
             // A recursion-limit error keeps its message, which asks the
             // caller for the unbounded parse.
-            let value = Value::deserialize(&mut deserializer).map_err(serde::de::Error::custom)?;
+            let value = crate::value_budget::build(&mut deserializer).map_err(serde::de::Error::custom)?;
             item.insert(key.into_owned(), value);
         }
         Ok(Value::Object(item))

@@ -11,6 +11,7 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use statusguard::metrics::Metrics;
 use statusguard::rules::{EMBEDDED_OWNERSHIP, RulesSource};
+use statusguard::server::limits::Limits;
 use statusguard::server::{App, admin, admission};
 use tower::ServiceExt as _;
 
@@ -19,12 +20,13 @@ const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
 /// Handlers' state with these limits, no rules, and the observer's defaults.
 fn app(max_body_bytes: usize, request_timeout: Duration) -> Arc<App> {
-    App::new(
-        Arc::new(Metrics::default()),
+    let limits = Limits {
         max_body_bytes,
+        max_inflight_bytes: max_body_bytes.max(Limits::default().max_inflight_bytes),
         request_timeout,
-        Default::default(),
-    )
+        ..Limits::default()
+    };
+    App::new(Arc::new(Metrics::default()), limits, Default::default())
 }
 
 fn app_with_rules() -> Arc<App> {
@@ -211,9 +213,12 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         tls_reload_interval: Duration::from_secs(2),
         write_ca: None,
         tls_sans: vec![],
-        max_body_bytes: 1024,
-        header_read_timeout: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(1),
+        limits: Limits {
+            max_body_bytes: 1024,
+            header_read_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            ..Limits::default()
+        },
         shutdown_timeout: Duration::from_secs(1),
         shutdown_delay: Duration::ZERO,
         registration: None,

@@ -111,7 +111,7 @@ async fn bad_input_gets_a_clear_status_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
     let mut cfg = config(RulesSource::Embedded, Some(files(dir.path())));
-    cfg.max_body_bytes = 64 * 1024;
+    cfg.limits.max_body_bytes = 64 * 1024;
     let server = RunningServer::start(cfg).await;
     let client = https_client(&certs.ca_pem);
     let url = server.url("/validate");
@@ -369,8 +369,8 @@ async fn a_stuck_client_is_cut_off_and_a_slow_body_gets_408() {
     let dir = tempfile::tempdir().unwrap();
     let certs = write_pair(dir.path());
     let mut cfg = config(RulesSource::Embedded, Some(files(dir.path())));
-    cfg.header_read_timeout = Duration::from_secs(1);
-    cfg.request_timeout = Duration::from_secs(1);
+    cfg.limits.header_read_timeout = Duration::from_secs(1);
+    cfg.limits.request_timeout = Duration::from_secs(1);
     let server = RunningServer::start(cfg).await;
 
     // Headers that never finish: the connection is closed.

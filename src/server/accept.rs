@@ -1,5 +1,6 @@
 //! The TLS accept loop: a connection at a time through rustls into hyper,
-//! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain.
+//! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain,
+//! at most `max_connections` at once, each with its buffers bounded.
 
 use std::future::Future;
 use std::io;
@@ -13,8 +14,14 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+
+use crate::server::limits::{
+    H1_MAX_BUF, H2_CONNECTION_WINDOW, H2_MAX_STREAMS, H2_STREAM_WINDOW, Limits, MAX_HEADER_BYTES,
+};
 
 /// Binds `addr` for the accept loop. The IPv6 wildcard `[::]` is bound dual
 /// stack, IPv4 included, whatever the node's `net.ipv6.bindv6only` says: one
@@ -54,8 +61,44 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// Limits of the accept loop.
 #[derive(Debug, Clone, Copy)]
 pub struct AcceptLimits {
-    /// Time allowed for a TLS handshake and for request headers.
+    /// Time allowed for a TLS handshake, the first byte of a request, and
+    /// (HTTP/1.1) its headers.
     pub header_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl AcceptLimits {
+    /// The accept loop's share of the server's [`Limits`].
+    pub fn of(limits: &Limits) -> Self {
+        Self {
+            header_read_timeout: limits.header_read_timeout,
+            max_connections: limits.max_connections,
+        }
+    }
+}
+
+/// The HTTP/1.1 and HTTP/2 connection builder, with every buffer bounded
+/// (see [`crate::server::limits`]).
+fn connection_builder(limits: AcceptLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(H1_MAX_BUF)
+        .max_headers(100);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .max_header_list_size(MAX_HEADER_BYTES)
+        // A peer that stops answering pings is gone: its connection goes too.
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
 }
 
 /// Accepts connections until `stop` resolves, then returns the tracker of
@@ -68,17 +111,21 @@ pub async fn serve_tls(
     stop: impl Future<Output = ()>,
 ) -> GracefulShutdown {
     let service = TowerToHyperService::new(router);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
+    let builder = Arc::new(connection_builder(limits));
     let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
 
     tokio::pin!(stop);
     loop {
+        // At the cap, nothing more is accepted until a connection ends:
+        // the kernel's listen backlog holds the rest.
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut stop => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -101,16 +148,26 @@ pub async fn serve_tls(
         let service = service.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            // Plain HTTP, a stalled client or a bad certificate request
-            // ends here, before any HTTP is read: never answered.
-            let tls = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
+            let _slot = slot;
+            // Plain HTTP, a stalled client, a bad certificate request or a
+            // client that says nothing after the handshake ends here, before
+            // any HTTP is read: never answered. (hyper's own header timeout
+            // starts only at a request's first byte.)
+            let first_byte = async {
+                let tls = acceptor.accept(tcp).await?;
+                let mut tls = BufReader::with_capacity(FIRST_READ, tls);
+                tls.fill_buf().await?;
+                Ok::<_, io::Error>(tls)
+            };
+            let tls = match tokio::time::timeout(limits.header_read_timeout, first_byte).await {
+                Ok(Ok(tls)) if !tls.buffer().is_empty() => tls,
+                Ok(Ok(_)) => return,
                 Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    tracing::debug!(%peer, error = %e, "TLS handshake or first read failed");
                     return;
                 }
                 Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
+                    tracing::debug!(%peer, "no TLS handshake or no request in time");
                     return;
                 }
             };
@@ -122,3 +179,7 @@ pub async fn serve_tls(
     }
     graceful
 }
+
+/// The buffer of a connection's first read. hyper reads into its own
+/// buffer once this one is drained: reads as large as it bypass it.
+const FIRST_READ: usize = 8 * 1024;

@@ -17,6 +17,7 @@ use crate::decision::{Decision, Endpoint, Outcome};
 use crate::ownership::{Mode, Ownership};
 use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
 use crate::server::app::App;
+use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
 
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).
@@ -58,6 +59,24 @@ fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {
 
 #[tracing::instrument(name = "review", skip_all, fields(endpoint = endpoint.as_str(), uid = Empty, writer = Empty, decision = Empty))]
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
+    let content_length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    // Held until the answer is made: the body's bytes and a request slot.
+    let mut admission = match app.budget.admit(content_length).await {
+        Ok(admission) => admission,
+        Err(e) => {
+            let status = match e {
+                AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::TOO_MANY_REQUESTS,
+            };
+            app.metrics.refused_before_reading(status.as_u16());
+            tracing::warn!(status = status.as_u16(), reason = %e, "request refused before it was read");
+            return plain(status, e);
+        }
+    };
     let body = match read_body(&app, request.into_body()).await {
         Ok(body) => body,
         Err((status, reason)) => {
@@ -70,9 +89,12 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
             return plain(status, reason);
         }
     };
+    admission.keep_only(body.len());
     let started = Instant::now();
     let rules = app.rules.current();
-    let answer = answer(rules.as_deref(), &body, endpoint);
+    let Some(answer) = decide(&app, rules.clone(), body.clone(), endpoint).await else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
+    };
     let elapsed = started.elapsed();
     record(&app, endpoint, &answer, elapsed);
     if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
@@ -80,6 +102,31 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     }
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
+}
+
+/// Answers the body: a small review on this async worker, a large one on a
+/// blocking thread, at most [`Limits::decision_threads`](crate::server::limits::Limits)
+/// at a time, so that no review holds up the async workers (and with them
+/// `/healthz` and every other review). `None` only if the blocking thread
+/// panicked (a bug; the request gets 503 and the server goes on).
+async fn decide(app: &App, rules: Option<Arc<Ownership>>, body: Bytes, endpoint: Endpoint) -> Option<Answer> {
+    if body.len() <= INLINE_DECISION_BYTES {
+        return Some(answer(rules.as_deref(), &body, endpoint));
+    }
+    // Waiting here ends with the request if its caller goes away.
+    let thread = app.budget.decision_thread().await?;
+    let decided = tokio::task::spawn_blocking(move || {
+        let answer = answer(rules.as_deref(), &body, endpoint);
+        drop(thread);
+        answer
+    });
+    match decided.await {
+        Ok(answer) => Some(answer),
+        Err(e) => {
+            tracing::error!(error = %e, "a decision thread failed");
+            None
+        }
+    }
 }
 
 /// Offers a status write of a guarded resource to the observer, once per
@@ -155,8 +202,9 @@ fn log_decision(endpoint: Endpoint, request: Option<&RequestFacts>, decision: &D
 
 /// Reads the whole body within the size limit and the request timeout.
 async fn read_body(app: &App, body: Body) -> Result<Bytes, (StatusCode, String)> {
-    let limit = app.max_body_bytes;
-    let read = tokio::time::timeout(app.request_timeout, axum::body::to_bytes(body, limit)).await;
+    let limits = app.budget.limits();
+    let limit = limits.max_body_bytes;
+    let read = tokio::time::timeout(limits.request_timeout, axum::body::to_bytes(body, limit)).await;
     match read {
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,

@@ -1,15 +1,15 @@
 //! The state every handler shares: the rules in force, the metrics, the
-//! request limits, and whether the server is shutting down.
+//! request budget, and whether the server is shutting down.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
+use crate::server::limits::{Budget, Limits};
 use crate::server::observer::{Observations, ObserveConfig};
 
 /// State shared by the handlers.
@@ -19,10 +19,8 @@ pub struct App {
     pub rules: RuleStore,
     /// The server's metrics.
     pub metrics: Arc<Metrics>,
-    /// Larger request bodies get 413.
-    pub max_body_bytes: usize,
-    /// Time allowed for a request body.
-    pub request_timeout: Duration,
+    /// What requests may hold: slots, body bytes, decision threads.
+    pub budget: Budget,
     shutting_down: AtomicBool,
     /// The ownership ConfigMap says `statusguard.dev/registration: disabled`.
     registration_disabled: AtomicBool,
@@ -35,17 +33,11 @@ pub struct App {
 
 impl App {
     /// Fresh state: no rules in force, not shutting down.
-    pub fn new(
-        metrics: Arc<Metrics>,
-        max_body_bytes: usize,
-        request_timeout: Duration,
-        observe: ObserveConfig,
-    ) -> Arc<Self> {
+    pub fn new(metrics: Arc<Metrics>, limits: Limits, observe: ObserveConfig) -> Arc<Self> {
         Arc::new(Self {
             rules: RuleStore::new(metrics.clone()),
             metrics,
-            max_body_bytes,
-            request_timeout,
+            budget: Budget::new(limits),
             shutting_down: AtomicBool::new(false),
             registration_disabled: AtomicBool::new(false),
             registration_changed: Notify::new(),

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod app;
 pub mod ca;
+pub mod limits;
 pub mod observer;
 pub mod register;
 pub mod watch;
@@ -48,12 +49,9 @@ pub struct ServeConfig {
     pub write_ca: Option<PathBuf>,
     /// More names for a generated certificate.
     pub tls_sans: Vec<String>,
-    /// Larger request bodies get 413.
-    pub max_body_bytes: usize,
-    /// Time allowed for a TLS handshake and request headers.
-    pub header_read_timeout: Duration,
-    /// Time allowed for a request body.
-    pub request_timeout: Duration,
+    /// What callers may make the server hold (connections, requests, bytes,
+    /// threads) and how long they may take.
+    pub limits: limits::Limits,
     /// After the stop signal, how long readiness is 503 while new
     /// connections are still accepted and served: the time the endpoints
     /// controller and the API server need to stop sending here.
@@ -93,6 +91,9 @@ pub enum ServerError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The limits contradict each other.
+    #[error(transparent)]
+    Limits(#[from] limits::LimitsError),
     /// A local rules source is broken: the server does not start on it.
     #[error(transparent)]
     Rules(#[from] LoadError),
@@ -140,10 +141,10 @@ pub struct Server {
 impl Server {
     /// Loads TLS and (for a local source) the rules, and binds both ports.
     pub async fn bind(config: ServeConfig) -> Result<Self, ServerError> {
+        config.limits.check()?;
         let app = App::new(
             Arc::new(Metrics::default()),
-            config.max_body_bytes,
-            config.request_timeout,
+            config.limits.clone(),
             config.observe.clone(),
         );
 
@@ -295,9 +296,7 @@ impl Server {
             }
         });
 
-        let limits = accept::AcceptLimits {
-            header_read_timeout: config.header_read_timeout,
-        };
+        let limits = accept::AcceptLimits::of(&config.limits);
         let delay = config.shutdown_delay;
         let stop_accepting = {
             let app = app.clone();
