@@ -4,7 +4,8 @@
 //! posted straight to the webhook's port, which asks for no client
 //! certificate, are answered, but one naming an existing object with a
 //! made-up uid and one naming no object at all make no Event, and are
-//! counted as unverified.
+//! counted as unverified; long names in them are cut in `/observed` and
+//! the metrics.
 //!
 //! One test in its own binary: it installs a release with cluster-wide webhooks.
 
@@ -141,13 +142,19 @@ async fn only_an_object_that_exists_with_the_reviews_uid_gets_an_event() {
         .clone();
     let client = https_client(&String::from_utf8(ca).unwrap());
     let url = format!("https://127.0.0.1:{port}/validate");
-    for (name, forged_uid) in [
-        ("w1", "00000000-0000-4000-8000-00000000f00d"),
-        ("ghost", "00000000-0000-4000-8000-00000000beef"),
+    // The third claims a 256 KiB user name and status key.
+    let long = "x".repeat(256 * 1024);
+    let mut long_names = forged_review(&s.namespace, "ghost", "00000000-0000-4000-8000-00000000cafe");
+    long_names["request"]["userInfo"]["username"] = json!(long);
+    long_names["request"]["object"]["status"][&long] = json!(1);
+    for review in [
+        forged_review(&s.namespace, "w1", "00000000-0000-4000-8000-00000000f00d"),
+        forged_review(&s.namespace, "ghost", "00000000-0000-4000-8000-00000000beef"),
+        long_names,
     ] {
         let answer: Value = client
             .post(&url)
-            .json(&forged_review(&s.namespace, name, forged_uid))
+            .json(&review)
             .send()
             .await
             .unwrap()
@@ -158,10 +165,10 @@ async fn only_an_object_that_exists_with_the_reviews_uid_gets_an_event() {
     }
     // ...and counted as unverified, with no Event.
     let series = "statusguard_events_total{reason=\"StatusRollbackDenied\",result=\"unverified\"}";
-    support::wait::retry_until(Duration::from_secs(20), "both forged reviews are counted", || async {
+    support::wait::retry_until(Duration::from_secs(20), "the forged reviews are counted", || async {
         let metrics = server.metrics().await;
         match metric(&metrics, series) {
-            Some(2.0) => Ok(()),
+            Some(3.0) => Ok(()),
             _ => Err(metrics),
         }
     })
@@ -178,6 +185,8 @@ async fn only_an_object_that_exists_with_the_reviews_uid_gets_an_event() {
         "only the real write's Event"
     );
     let metrics = server.metrics().await;
+    let longest = metrics.lines().map(str::len).max().unwrap_or_default();
+    assert!(longest < 2048, "a metrics line of {longest} bytes");
     assert_eq!(
         metric(
             &metrics,
@@ -187,8 +196,9 @@ async fn only_an_object_that_exists_with_the_reviews_uid_gets_an_event() {
         "{metrics}"
     );
 
-    // The record counted all three writes, and says it could be forged.
+    // The record counted the writes, names cut, and says it could be forged.
     let (_, observed) = server.get_admin("/observed").await.unwrap();
+    assert!(observed.len() < 8 * 1024, "/observed is {} bytes", observed.len());
     let observed: Value = serde_json::from_str(&observed).unwrap();
     assert_eq!(observed["basis"]["authenticatedCallers"], false, "{observed}");
     let scaler = observed["resources"][0]["writers"]
@@ -199,4 +209,13 @@ async fn only_an_object_that_exists_with_the_reviews_uid_gets_an_event() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(scaler["writes"], 3, "{observed}");
+    let cut = observed["resources"][0]["writers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["identity"].as_str().is_some_and(|i| i.starts_with("xxxx")))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(cut["writes"], 1, "{observed}");
+    assert!(cut["identity"].as_str().unwrap().ends_with('\u{2026}'), "{observed}");
 }
