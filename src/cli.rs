@@ -193,6 +193,19 @@ pub struct ObserveArgs {
     /// repeats become the Event's series count.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "STATUSGUARD_EVENT_INTERVAL")]
     pub event_interval: Duration,
+    /// Events sent per second at most, in all (whatever the objects and
+    /// writers); 0: none.
+    #[arg(long, default_value_t = 5, env = "STATUSGUARD_EVENT_RATE")]
+    pub event_rate: u32,
+    /// How many Events may go out at once after a quiet spell (the burst of
+    /// --event-rate).
+    #[arg(long, default_value_t = 20, env = "STATUSGUARD_EVENT_BURST")]
+    pub event_burst: u32,
+    /// Bytes the writes waiting for the observer may take (copies of their
+    /// statuses, never the request bodies); a write that does not fit is
+    /// not observed (statusguard_observations_skipped_total{result="bytes"}).
+    #[arg(long, default_value_t = 8 * 1024 * 1024, env = "STATUSGUARD_OBSERVE_QUEUE_BYTES")]
+    pub observe_queue_bytes: usize,
 }
 
 impl ObserveArgs {
@@ -202,6 +215,9 @@ impl ObserveArgs {
             rate_per_second: self.observe_rate,
             max_identities: self.observe_max_identities,
             event_interval: self.events.then_some(self.event_interval),
+            event_rate_per_second: self.event_rate,
+            event_burst: self.event_burst,
+            queue_bytes: self.observe_queue_bytes,
             ..Default::default()
         }
     }

@@ -46,7 +46,8 @@ pub(crate) struct ResultLabels {
 pub(crate) struct ObservedLabels {
     pub group: String,
     pub resource: String,
-    /// Bounded: the observer's identity cap, then `(other)`.
+    /// Bounded: the observer's identity cap (then `(other)`), each cut to
+    /// [`crate::observe::MAX_NAME_BYTES`] as the record cuts it.
     pub writer: String,
 }
 
@@ -170,13 +171,13 @@ impl Default for Metrics {
         let observations_skipped = Family::<ResultLabels, Counter>::default();
         registry.register(
             "observations_skipped",
-            "Status UPDATEs the observer did not read, by reason (rate: over --observe-rate, queue: its queue was full, unreadable)",
+            "Status UPDATEs the observer did not read, by reason (rate: over --observe-rate, queue: its queue was full, bytes: over the room left in --observe-queue-bytes, unreadable)",
             observations_skipped.clone(),
         );
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
             "events",
-            "Kubernetes Events for denied and trimmed writes, by reason and result (sent, limited: within --event-interval of the last one for the object, dropped: queue full, failed)",
+            "Kubernetes Events for denied and trimmed writes, by reason and result (sent; limited: within --event-interval of the last one for the object, reason and writer; object_limit: the object's cap per minute; rate_limit: over --event-rate; unverified: no object with the review's uid, as for a forged review; dropped: queue full; failed: the object could not be read, or the Event not sent)",
             events.clone(),
         );
         // Counters that exist at 0 from the start, so that rate() and alerts

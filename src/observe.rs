@@ -5,12 +5,13 @@
 //! chooses, while the API server's `userInfo` is the identity the webhook
 //! enforces.
 //!
-//! Pure: the server feeds it off the request path (`server::observer`).
+//! Pure: the server copies each write it observes out of the review on
+//! the request path ([`project`]) and reads the copy off it ([`read`], in
+//! `server::observer`).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::core::GroupVersionKind;
 use kube::core::admission::Operation;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,24 +19,59 @@ use serde_json::value::RawValue;
 
 use crate::decision::Item;
 use crate::ownership::{FieldPath, Ownership, ResourceRules, condition_type, same_value};
-use crate::review::{ResourceRef, Writer, is_status_update};
+use crate::review::is_status_update;
 
 /// The identity of writes beyond the record's cap.
 pub const OTHER_IDENTITY: &str = "(other)";
 /// The item of changes beyond an identity's cap.
 pub const OTHER_ITEM: &str = "(other)";
 
-/// One status UPDATE as the observer reads it.
+/// The longest name the observer keeps, in bytes: identities, field paths
+/// and condition types in the record and the metrics, and every fact it
+/// copies out of a review. Longer names are cut on a character boundary and
+/// end in [`CUT_MARKER`]. Generous for real names (a ServiceAccount's user
+/// name is at most 340 bytes, a condition type 316); the cap is for forged
+/// reviews, which can carry megabytes in any string.
+pub const MAX_NAME_BYTES: usize = 512;
+/// The end of a name that was cut.
+pub const CUT_MARKER: &str = "\u{2026}";
+
+/// `name` cut to at most `max` bytes on a character boundary, ending in
+/// [`CUT_MARKER`] where it was cut; unchanged when it fits.
+pub fn cut_to(name: &str, max: usize) -> Cow<'_, str> {
+    if name.len() <= max {
+        return Cow::Borrowed(name);
+    }
+    let mut end = max.saturating_sub(CUT_MARKER.len());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{CUT_MARKER}", &name[..end]))
+}
+
+/// `name` cut to [`MAX_NAME_BYTES`].
+pub fn cut_name(name: &str) -> Cow<'_, str> {
+    cut_to(name, MAX_NAME_BYTES)
+}
+
+/// Whether `name` was cut by [`cut_to`]: no real writer or item.
+pub fn is_cut(name: &str) -> bool {
+    name.ends_with(CUT_MARKER)
+}
+
+/// What a review says about a status write, each fact cut to
+/// [`MAX_NAME_BYTES`]. Nothing here is verified: without client
+/// certificates on the webhook port, a caller can claim anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedWrite {
+pub struct WriteFacts {
     /// `userInfo.username`.
     pub writer: String,
     /// The API group.
     pub group: String,
+    /// The version of the resource the review names (the object is read at it).
+    pub version: String,
     /// The plural resource.
     pub resource: String,
-    /// The object's API version (`group/version`, or `version` for the core group).
-    pub api_version: String,
     /// The object's kind.
     pub kind: String,
     /// The object's name.
@@ -46,6 +82,54 @@ pub struct ObservedWrite {
     pub uid: Option<String>,
     /// Nothing will be persisted.
     pub dry_run: bool,
+}
+
+impl WriteFacts {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        match self.group.as_str() {
+            "" => self.version.clone(),
+            group => format!("{group}/{}", self.version),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let optional = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        self.writer.len()
+            + self.group.len()
+            + self.version.len()
+            + self.resource.len()
+            + self.kind.len()
+            + self.name.len()
+            + optional(&self.namespace)
+            + optional(&self.uid)
+    }
+}
+
+/// A status UPDATE of a guarded resource as the server keeps it until the
+/// observer reads it: the facts and the two statuses' JSON, copied out of
+/// the review so that its body is freed with the request.
+#[derive(Debug, Clone)]
+pub struct ReviewedWrite {
+    /// What the review says about the write.
+    pub facts: WriteFacts,
+    old_status: Option<Box<RawValue>>,
+    new_status: Option<Box<RawValue>>,
+}
+
+impl ReviewedWrite {
+    /// The bytes this copy holds (its strings and statuses, not the struct).
+    pub fn bytes(&self) -> usize {
+        let status = |s: &Option<Box<RawValue>>| s.as_ref().map_or(0, |r| r.get().len());
+        self.facts.bytes() + status(&self.old_status) + status(&self.new_status)
+    }
+}
+
+/// One status UPDATE as the observer reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedWrite {
+    /// What the review says about the write.
+    pub facts: WriteFacts,
     /// What the write changes: top-level status fields, the declared field
     /// paths below them, and condition types.
     pub changed: Vec<Item>,
@@ -53,7 +137,9 @@ pub struct ObservedWrite {
 
 /// The parts of a review the observer reads: those of
 /// [`crate::review::ReviewRequest`], plus the object's kind and uid that an
-/// Event names (the request path never reads them).
+/// Event names (the decision never reads them). Strings are borrowed
+/// from the body where serde can (not inside an `Option`), so that mostly
+/// only what is kept, cut, is copied.
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
@@ -63,20 +149,21 @@ struct Envelope<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Request<'a> {
-    #[serde(default)]
-    kind: Option<GroupVersionKind>,
-    resource: ResourceRef,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    namespace: Option<String>,
+    #[serde(borrow, default)]
+    kind: Option<KindRef<'a>>,
+    #[serde(borrow)]
+    resource: ResourceRef<'a>,
+    #[serde(borrow, default)]
+    sub_resource: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
     operation: Operation,
+    #[serde(borrow, default)]
+    user_info: UserInfo<'a>,
     #[serde(default)]
-    user_info: Writer,
-    #[serde(default)]
-    dry_run: bool,
+    dry_run: Option<bool>,
     #[serde(borrow, default)]
     object: Option<Object<'a>>,
     #[serde(borrow, default)]
@@ -84,22 +171,44 @@ struct Request<'a> {
 }
 
 #[derive(Deserialize)]
+struct KindRef<'a> {
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct ResourceRef<'a> {
+    #[serde(borrow, default)]
+    group: Cow<'a, str>,
+    #[serde(borrow, default)]
+    version: Cow<'a, str>,
+    #[serde(borrow)]
+    resource: Cow<'a, str>,
+}
+
+#[derive(Deserialize, Default)]
+struct UserInfo<'a> {
+    #[serde(borrow, default)]
+    username: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
 struct Object<'a> {
-    #[serde(default)]
-    metadata: Option<Metadata>,
+    #[serde(borrow, default)]
+    metadata: Option<Metadata<'a>>,
     #[serde(borrow, default)]
     status: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct Metadata {
-    #[serde(default)]
-    uid: Option<String>,
+struct Metadata<'a> {
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
 }
 
-/// Reads a status UPDATE of a resource `rules` names from an AdmissionReview
-/// body; `Ok(None)` for any other request.
-pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite>, serde_json::Error> {
+/// Copies a status UPDATE of a resource `rules` names out of an
+/// AdmissionReview body (one scan of it); `Ok(None)` for any other request.
+pub fn project(body: &[u8], rules: &Ownership) -> Result<Option<ReviewedWrite>, serde_json::Error> {
     let envelope: Envelope<'_> = serde_json::from_slice(body)?;
     let Some(request) = envelope.request else {
         return Ok(None);
@@ -107,25 +216,55 @@ pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite
     if !is_status_update(&request.operation, request.sub_resource.as_deref()) {
         return Ok(None);
     }
+    // The group and resource are the configured ones: bounded by the rules.
     let Some(resource) = rules.resource(&request.resource.group, &request.resource.resource) else {
         return Ok(None);
     };
-    let old = request.old_object.as_ref().and_then(|o| o.status);
-    let new = request.object.as_ref().and_then(|o| o.status);
-    let changed = changed_items(resource, old, new)?;
-    let kind = request.kind.unwrap_or_else(|| GroupVersionKind::gvk("", "", ""));
+    let kept = |s: &str| cut_name(s).into_owned();
+    let status = |o: &Option<Object<'_>>| o.as_ref().and_then(|o| o.status).map(ToOwned::to_owned);
+    let facts = WriteFacts {
+        writer: request.user_info.username.as_deref().map(kept).unwrap_or_default(),
+        group: resource.group.clone(),
+        version: kept(&request.resource.version),
+        resource: resource.resource.clone(),
+        kind: request.kind.as_ref().map(|k| kept(&k.kind)).unwrap_or_default(),
+        name: kept(&request.name),
+        namespace: request.namespace.as_deref().filter(|n| !n.is_empty()).map(kept),
+        uid: request
+            .object
+            .as_ref()
+            .and_then(|o| o.metadata.as_ref())
+            .and_then(|m| m.uid.as_deref())
+            .map(kept),
+        dry_run: request.dry_run.unwrap_or(false),
+    };
+    Ok(Some(ReviewedWrite {
+        facts,
+        old_status: status(&request.old_object),
+        new_status: status(&request.object),
+    }))
+}
+
+/// What a copied-out write changed; `Ok(None)` when the rules in force no
+/// longer name its resource.
+pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWrite>, serde_json::Error> {
+    let Some(resource) = rules.resource(&write.facts.group, &write.facts.resource) else {
+        return Ok(None);
+    };
+    let changed = changed_items(resource, write.old_status.as_deref(), write.new_status.as_deref())?;
     Ok(Some(ObservedWrite {
-        writer: request.user_info.username.unwrap_or_default(),
-        group: request.resource.group,
-        resource: request.resource.resource,
-        api_version: kind.api_version(),
-        kind: kind.kind,
-        name: request.name,
-        namespace: request.namespace.filter(|n| !n.is_empty()),
-        uid: request.object.and_then(|o| o.metadata).and_then(|m| m.uid),
-        dry_run: request.dry_run,
+        facts: write.facts,
         changed,
     }))
+}
+
+/// Reads a status UPDATE of a resource `rules` names from an AdmissionReview
+/// body ([`project`], then [`read`]); `Ok(None)` for any other request.
+pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite>, serde_json::Error> {
+    match project(body, rules)? {
+        Some(write) => read(write, rules),
+        None => Ok(None),
+    }
 }
 
 /// The items a write changes, old status to new: each condition type whose
@@ -241,24 +380,71 @@ pub struct ResourceRecord {
 }
 
 /// The record `GET /observed` serves: bounded by identities (the rest are
-/// counted as [`OTHER_IDENTITY`]) and by items per identity (the rest as
-/// [`OTHER_ITEM`]); never any of an object's content.
+/// counted as [`OTHER_IDENTITY`]), by items per identity (the rest as
+/// [`OTHER_ITEM`]), and in bytes: names are cut to [`MAX_NAME_BYTES`], and
+/// once the names held reach the record's byte cap, new ones are counted
+/// under those two. Never any of an object's content.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObservedWriters {
+    /// What the counts are based on; absent from servers before issue 22.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<Basis>,
     /// By group and resource.
     pub resources: Vec<ResourceRecord>,
     /// Identities the record holds by name (at most its cap).
     pub identities: usize,
-    /// Writes counted as [`OTHER_IDENTITY`] because the cap was reached.
+    /// Writes counted as [`OTHER_IDENTITY`] because a cap was reached.
     pub capped_writes: u64,
 }
+
+impl ObservedWriters {
+    /// Whether the record says its callers were authenticated. A record
+    /// without a basis (an older server) is taken as unauthenticated.
+    pub fn authenticated(&self) -> bool {
+        self.basis.as_ref().is_some_and(|b| b.authenticated_callers)
+    }
+}
+
+/// What [`Basis::counted`] says.
+pub const COUNTED: &str = "status UPDATEs of guarded resources in the admission reviews this replica received \
+     since it started (dry runs excepted; at most ratePerSecond a second are read). A review is whatever \
+     a caller of the webhook port sent: unless authenticatedCallers is true, anyone who reached the port \
+     could have added writes under any identity.";
+
+/// What the counts of a record are based on, so that whoever reads it
+/// (`statusguard suggest`, a human) knows how far to trust them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Basis {
+    /// What was counted, in words ([`COUNTED`]).
+    pub counted: String,
+    /// The replica that counted (its pod name), when it knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// Since when (RFC 3339): the replica's start; the record is not kept
+    /// across restarts.
+    pub since: String,
+    /// Whether the webhook port required a client certificate of its
+    /// callers (the API server's). When false, the counts may include
+    /// forged reviews.
+    pub authenticated_callers: bool,
+    /// Status writes read per second at most; the rest are not counted.
+    pub rate_per_second: u32,
+}
+
+/// What a name held by the record costs against its byte cap besides its
+/// own bytes: the map entry and the JSON around it, roughly.
+const ENTRY_BYTES: usize = 48;
 
 /// The bounded record, as it fills.
 #[derive(Debug)]
 pub struct Observer {
     max_identities: usize,
     max_items: usize,
+    max_bytes: usize,
+    /// The bytes of the names held, with [`ENTRY_BYTES`] for each.
+    bytes: usize,
     by_resource: BTreeMap<(String, String), BTreeMap<String, IdentityRecord>>,
     identities: BTreeSet<String>,
     capped_writes: u64,
@@ -266,45 +452,73 @@ pub struct Observer {
 
 impl Observer {
     /// A record of at most `max_identities` identities, each with at most
-    /// `max_items` fields and condition types.
-    pub fn new(max_identities: usize, max_items: usize) -> Self {
+    /// `max_items` fields and condition types, whose names take at most
+    /// about `max_bytes` (the `(other)` entries aside).
+    pub fn new(max_identities: usize, max_items: usize, max_bytes: usize) -> Self {
         Self {
             max_identities,
             max_items,
+            max_bytes,
+            bytes: 0,
             by_resource: BTreeMap::new(),
             identities: BTreeSet::new(),
             capped_writes: 0,
         }
     }
 
-    /// Counts one write; returns the identity it was counted under.
+    /// Takes `cost` from the byte cap, if it fits.
+    fn admit(bytes: &mut usize, max_bytes: usize, cost: usize) -> bool {
+        if bytes.saturating_add(cost) > max_bytes {
+            return false;
+        }
+        *bytes += cost;
+        true
+    }
+
+    /// Counts one write; returns the identity it was counted under (cut to
+    /// [`MAX_NAME_BYTES`], or [`OTHER_IDENTITY`]): the metrics' label.
     pub fn record(&mut self, write: &ObservedWrite) -> String {
-        let known = self.identities.contains(&write.writer);
-        let identity = if known || self.identities.len() < self.max_identities {
+        let Self {
+            max_identities,
+            max_items,
+            max_bytes,
+            bytes,
+            by_resource,
+            identities,
+            capped_writes,
+        } = self;
+        let writer = cut_name(&write.facts.writer);
+        let writers = by_resource
+            .entry((write.facts.group.clone(), write.facts.resource.clone()))
+            .or_default();
+        let known = identities.contains(writer.as_ref());
+        // An identity's name is held in the set, and twice for each resource
+        // it writes (the key, and the record's own field).
+        let copies = usize::from(!known) + 2 * usize::from(!writers.contains_key(writer.as_ref()));
+        let held = (known || identities.len() < *max_identities)
+            && Self::admit(bytes, *max_bytes, copies * (writer.len() + ENTRY_BYTES));
+        let identity = if held {
             if !known {
-                self.identities.insert(write.writer.clone());
+                identities.insert(writer.clone().into_owned());
             }
-            write.writer.clone()
+            writer.into_owned()
         } else {
-            self.capped_writes += 1;
+            *capped_writes += 1;
             OTHER_IDENTITY.to_owned()
         };
-        let writers = self
-            .by_resource
-            .entry((write.group.clone(), write.resource.clone()))
-            .or_default();
         let record = writers.entry(identity.clone()).or_insert_with(|| IdentityRecord {
             identity: identity.clone(),
             ..Default::default()
         });
         record.writes += 1;
         for item in &write.changed {
-            let full = record_items(&record.fields) + record_items(&record.conditions) >= self.max_items;
+            let full = record_items(&record.fields) + record_items(&record.conditions) >= *max_items;
             let (map, key) = match item {
                 Item::Field(path) => (&mut record.fields, path.to_string()),
                 Item::Condition(ty) => (&mut record.conditions, ty.clone()),
             };
-            let key = if map.contains_key(&key) || !full {
+            let key = cut_name(&key).into_owned();
+            let key = if map.contains_key(&key) || !full && Self::admit(bytes, *max_bytes, key.len() + ENTRY_BYTES) {
                 key
             } else {
                 OTHER_ITEM.to_owned()
@@ -314,9 +528,10 @@ impl Observer {
         identity
     }
 
-    /// The record as served.
+    /// The record as served (without its basis, which the server adds).
     pub fn snapshot(&self) -> ObservedWriters {
         ObservedWriters {
+            basis: None,
             resources: self
                 .by_resource
                 .iter()

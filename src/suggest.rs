@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
 pub use crate::decision::Item;
-use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord};
+use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
 use crate::ownership::{FieldPath, Ownership, OwnershipError};
 
 /// One object's status items by the field manager that set them.
@@ -129,6 +129,9 @@ pub struct Draft {
     pub identities: BTreeMap<String, String>,
     /// Managers that wrote an atomic conditions list.
     pub atomic_conditions: BTreeSet<String>,
+    /// Some observed record used does not say its callers were
+    /// authenticated: its identities may be forged.
+    pub observed_unauthenticated: bool,
 }
 
 /// The items each identity changed, from the observed records (several
@@ -137,19 +140,21 @@ fn observed_items(records: &[&ResourceRecord]) -> BTreeMap<String, BTreeMap<Item
     let mut by_identity: BTreeMap<String, BTreeMap<Item, u64>> = BTreeMap::new();
     for record in records {
         for writer in &record.writers {
-            if writer.identity == OTHER_IDENTITY {
+            // A cut name is no identity or item anyone could own.
+            if writer.identity == OTHER_IDENTITY || is_cut(&writer.identity) {
                 continue;
             }
             let items = by_identity.entry(writer.identity.clone()).or_default();
             for (path, n) in &writer.fields {
                 if path != OTHER_ITEM
+                    && !is_cut(path)
                     && let Ok(field) = FieldPath::parse(path)
                 {
                     *items.entry(Item::Field(field)).or_default() += n;
                 }
             }
             for (ty, n) in &writer.conditions {
-                if ty != OTHER_ITEM {
+                if ty != OTHER_ITEM && !is_cut(ty) {
                     *items.entry(Item::Condition(ty.clone())).or_default() += n;
                 }
             }
@@ -257,6 +262,7 @@ pub fn draft(
         items,
         identities,
         atomic_conditions,
+        observed_unauthenticated: observed.iter().any(|o| !o.authenticated()),
     }
 }
 
@@ -484,6 +490,11 @@ pub fn render(drafts: &[Draft]) -> Result<String, OwnershipError> {
         "# {} field manager(s) mapped to identities by the webhook's observed writes.",
         mapped.len()
     );
+    if drafts.iter().any(|d| d.observed_unauthenticated) {
+        text += "# The observed writes come from reviews whose callers the webhook did not authenticate (its\n";
+        text += "# port asked for no client certificate, or the record does not say): anyone who reached the\n";
+        text += "# port could have added writes under any identity. Check each identity below.\n";
+    }
     text += "# Review it (every contested item is listed at the end), check it with `statusguard check`,\n";
     text += "# roll it out in audit mode, read the Events and metrics, then set mode: enforce.\n";
     text += "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: audit\n";

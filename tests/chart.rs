@@ -208,14 +208,18 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         assert_eq!(configuration["metadata"]["name"], "sg-statusguard-statusguard-system");
         assert!(configuration.get("webhooks").is_none(), "{kind}: {configuration}");
     }
-    // RBAC: the release's own two webhook configurations, and its own ConfigMap.
+    // RBAC: the release's own two webhook configurations, and its own
+    // ConfigMap; for the Events, get (only) on the guarded resources, whose
+    // objects are read to check a review's uid.
     let cluster_role = find("ClusterRole");
     assert_eq!(
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
                 "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
-               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+               {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"]},
+               {"apiGroups": ["example.com"], "resources": ["gadgets"], "verbs": ["get"]}])
     );
     let quiet = template(&format!("{}events: {{enabled: false}}\n", ownership())).unwrap();
     let role = documents(&quiet)

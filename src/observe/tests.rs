@@ -82,14 +82,14 @@ fn the_write_names_its_object_and_writer_and_other_requests_are_skipped() {
     .unwrap();
     assert_eq!(
         (
-            write.writer.as_str(),
-            write.api_version.as_str(),
-            write.kind.as_str(),
-            write.uid.as_deref()
+            write.facts.writer.as_str(),
+            write.facts.api_version().as_str(),
+            write.facts.kind.as_str(),
+            write.facts.uid.as_deref()
         ),
         ("system:serviceaccount:a:b", "example.com/v1", "Widget", Some("abc"))
     );
-    assert_eq!(write.namespace.as_deref(), Some("team-a"));
+    assert_eq!(write.facts.namespace.as_deref(), Some("team-a"));
     let mut unguarded: Value = serde_json::from_slice(&review("x", json!({}), json!({}))).unwrap();
     unguarded["request"]["resource"]["resource"] = json!("doohickeys");
     assert!(
@@ -110,15 +110,17 @@ fn the_write_names_its_object_and_writer_and_other_requests_are_skipped() {
 
 fn write(writer: &str, items: &[&str]) -> ObservedWrite {
     ObservedWrite {
-        writer: writer.to_owned(),
-        group: "example.com".into(),
-        resource: "widgets".into(),
-        api_version: "example.com/v1".into(),
-        kind: "Widget".into(),
-        name: "w".into(),
-        namespace: None,
-        uid: None,
-        dry_run: false,
+        facts: WriteFacts {
+            writer: writer.to_owned(),
+            group: "example.com".into(),
+            version: "v1".into(),
+            resource: "widgets".into(),
+            kind: "Widget".into(),
+            name: "w".into(),
+            namespace: None,
+            uid: None,
+            dry_run: false,
+        },
         changed: items
             .iter()
             .map(|i| match i.strip_prefix("condition ") {
@@ -131,7 +133,7 @@ fn write(writer: &str, items: &[&str]) -> ObservedWrite {
 
 #[test]
 fn the_record_is_bounded_by_identities_and_items() {
-    let mut observer = Observer::new(2, 2);
+    let mut observer = Observer::new(2, 2, 1 << 20);
     observer.record(&write("a", &["x", "condition Ready"]));
     observer.record(&write("a", &["x", "y"]));
     observer.record(&write("b", &[]));
@@ -150,4 +152,114 @@ fn the_record_is_bounded_by_identities_and_items() {
     assert_eq!((other.writes, other.fields.get("z")), (2, Some(&2)));
     let json = serde_json::to_value(&snapshot).unwrap();
     assert_eq!(json["resources"][0]["writers"][0]["identity"], OTHER_IDENTITY);
+}
+
+#[test]
+fn a_long_name_is_cut_on_a_character_boundary_with_a_marker() {
+    assert_eq!(cut_to("short", 10), "short");
+    assert_eq!(cut_to("exactly10!", 10), "exactly10!");
+    let cut = cut_to("ééééééé", 10);
+    assert_eq!(cut, "ééé\u{2026}", "2-byte characters and a 3-byte marker in 10 bytes");
+    assert!(cut.len() <= 10 && is_cut(&cut), "{cut}");
+    assert!(!is_cut("plain"));
+    let long = "x".repeat(1 << 20);
+    assert_eq!(cut_name(&long).len(), MAX_NAME_BYTES);
+}
+
+proptest::proptest! {
+    /// Every cut is within its bound, a prefix of the name plus the marker,
+    /// and names that fit are kept whole.
+    #[test]
+    fn a_cut_name_fits_and_keeps_its_start(name in "\\PC{0,80}", max in 3usize..60) {
+        let cut = cut_to(&name, max);
+        proptest::prop_assert!(cut.len() <= max);
+        if name.len() <= max {
+            proptest::prop_assert_eq!(cut.as_ref(), name.as_str());
+        } else {
+            let kept = cut.strip_suffix(CUT_MARKER).expect("the marker");
+            proptest::prop_assert!(name.starts_with(kept));
+        }
+    }
+}
+
+/// A forged review: 1 MiB user name, status keys and condition types.
+fn forged(writer: &str, key: &str, ty: &str) -> Vec<u8> {
+    review(
+        writer,
+        json!({}),
+        json!({key: 1, "conditions": [{"type": ty, "status": "True"}]}),
+    )
+}
+
+#[test]
+fn long_names_are_cut_in_the_copy_and_in_the_record_and_the_counts_kept() {
+    let huge = |c: &str| c.repeat(1 << 20);
+    let write = read_write(&forged(&huge("u"), &huge("k"), &huge("T")), &rules())
+        .unwrap()
+        .unwrap();
+    assert_eq!(write.facts.writer.len(), MAX_NAME_BYTES);
+    let mut observer = Observer::new(256, 256, 1 << 20);
+    for _ in 0..3 {
+        let identity = observer.record(&write);
+        assert!(identity.len() <= MAX_NAME_BYTES && is_cut(&identity));
+    }
+    let snapshot = observer.snapshot();
+    let writer = &snapshot.resources[0].writers[0];
+    assert_eq!(writer.writes, 3);
+    let field = writer.fields.keys().next().unwrap();
+    let condition = writer.conditions.keys().next().unwrap();
+    assert!(field.len() <= MAX_NAME_BYTES && is_cut(field), "{}", field.len());
+    assert!(condition.len() <= MAX_NAME_BYTES && is_cut(condition));
+    assert_eq!((writer.fields[field], writer.conditions[condition]), (3, 3));
+    assert!(serde_json::to_vec(&snapshot).unwrap().len() < 4 * MAX_NAME_BYTES);
+}
+
+#[test]
+fn the_copy_out_keeps_the_statuses_and_the_facts_only() {
+    let body = review("someone", json!({"replicas": 1}), json!({"replicas": 2}));
+    let write = project(&body, &rules()).unwrap().unwrap();
+    let statuses = r#"{"replicas":1}"#.len() + r#"{"replicas":2}"#.len();
+    assert_eq!(write.bytes(), write.facts.bytes() + statuses);
+    assert!(write.bytes() < body.len() / 2, "{} of {}", write.bytes(), body.len());
+    // A null dryRun or object is read as absent.
+    let mut v: Value = serde_json::from_slice(&body).unwrap();
+    v["request"]["dryRun"] = Value::Null;
+    v["request"]["object"] = Value::Null;
+    let write = project(&serde_json::to_vec(&v).unwrap(), &rules()).unwrap().unwrap();
+    assert!(!write.facts.dry_run && write.facts.uid.is_none());
+}
+
+proptest::proptest! {
+    /// Whatever names writes carry, the record's JSON stays within what its
+    /// caps allow, and every write is counted once.
+    #[test]
+    fn the_record_is_bounded_in_bytes_by_its_caps(
+        writes in proptest::collection::vec(
+            ("[a-z]{1,3}", 0usize..2000, proptest::collection::vec(("[a-zA-Z]{1,4}", 0usize..2000, proptest::bool::ANY), 0..6)),
+            1..60,
+        )
+    ) {
+        let (max_identities, max_items, max_bytes) = (8, 4, 16 * 1024);
+        let mut observer = Observer::new(max_identities, max_items, max_bytes);
+        for (writer, pad, items) in &writes {
+            let items: Vec<String> = items
+                .iter()
+                .map(|(name, pad, condition)| {
+                    let name = format!("{name}{}", "x".repeat(*pad));
+                    if *condition { format!("condition {name}") } else { name }
+                })
+                .collect();
+            let items: Vec<&str> = items.iter().map(String::as_str).collect();
+            let identity = observer.record(&write(&format!("{writer}{}", "y".repeat(*pad)), &items));
+            proptest::prop_assert!(identity.len() <= MAX_NAME_BYTES);
+        }
+        let snapshot = observer.snapshot();
+        let counted: u64 = snapshot.resources.iter().flat_map(|r| &r.writers).map(|w| w.writes).sum();
+        proptest::prop_assert_eq!(counted, writes.len() as u64);
+        proptest::prop_assert!(snapshot.identities <= max_identities);
+        let json = serde_json::to_vec(&snapshot).unwrap().len();
+        // The names' budget, and the (other) entries and counts around them.
+        let others = (max_identities + 1) * (max_items + 2) * 64;
+        proptest::prop_assert!(json <= max_bytes + others, "{} bytes", json);
+    }
 }

@@ -70,6 +70,13 @@ fn observed() -> ObservedWriters {
         conditions: conditions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
     };
     ObservedWriters {
+        basis: Some(crate::observe::Basis {
+            counted: crate::observe::COUNTED.into(),
+            replica: None,
+            since: "2026-12-03T12:00:00Z".into(),
+            authenticated_callers: true,
+            rate_per_second: 200,
+        }),
         resources: vec![ResourceRecord {
             group: "example.com".into(),
             resource: "widgets".into(),
@@ -200,4 +207,44 @@ fn resource_names_split_and_join() {
         assert_eq!(split_resource_name(name), (group.to_owned(), resource.to_owned()));
         assert_eq!(resource_name(group, resource), name);
     }
+}
+
+#[test]
+fn a_draft_from_unauthenticated_observations_says_they_may_be_forged() {
+    let warning = "whose callers the webhook did not authenticate";
+    let trusted = draft("example.com", "widgets", "conditions", &objects(), &[observed()]);
+    assert!(!render(std::slice::from_ref(&trusted)).unwrap().contains(warning));
+    let mut open = observed();
+    if let Some(basis) = open.basis.as_mut() {
+        basis.authenticated_callers = false;
+    }
+    let mut older = observed();
+    older.basis = None;
+    for record in [open, older] {
+        let draft = draft("example.com", "widgets", "conditions", &objects(), &[record]);
+        assert!(draft.observed_unauthenticated);
+        let text = render(std::slice::from_ref(&draft)).unwrap();
+        assert!(text.contains(warning), "{text}");
+        Ownership::from_yaml(&text).expect("check accepts the draft");
+    }
+    // Without observed writes there is nothing to distrust.
+    let none = draft("example.com", "widgets", "conditions", &objects(), &[]);
+    assert!(!render(std::slice::from_ref(&none)).unwrap().contains(warning));
+}
+
+#[test]
+fn cut_names_in_the_record_are_not_drafted() {
+    let mut record = observed();
+    let cut = format!(
+        "system:serviceaccount:ops:{}",
+        crate::observe::cut_to(&"x".repeat(600), 100)
+    );
+    record.resources[0].writers.push(IdentityRecord {
+        identity: cut.clone(),
+        writes: 1,
+        fields: [("lonely".to_owned(), 1)].into_iter().collect(),
+        conditions: Default::default(),
+    });
+    let text = render(&[draft("example.com", "widgets", "conditions", &objects(), &[record])]).unwrap();
+    assert!(!text.contains("lonely") && !text.contains("xxxx"), "{text}");
 }
