@@ -291,7 +291,11 @@ fn plan<'r>(rules: &'r Ownership, head: RequestHead<'_>, endpoint: Endpoint) -> 
     if endpoint == Endpoint::Mutate && resource_rules.mode != Mode::Trim {
         return Plan::Answer(Outcome::Allowed);
     }
-    if let Some(wanted) = resource_rules.version.as_deref().filter(|&v| v != head.resource.version) {
+    if let Some(wanted) = resource_rules
+        .version
+        .as_deref()
+        .filter(|&v| v != head.resource.version)
+    {
         return Plan::Refuse(DecisionError::WrongVersion {
             resource: resource_rules.name(),
             wanted: wanted.to_owned(),

@@ -480,9 +480,15 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
 fn rules_at_version(mode: &str, version: &str) -> Ownership {
     let text = include_str!("../../tests/fixtures/ownership.yaml")
         .replace("mode: enforce", &format!("mode: {mode}"))
-        .replace("    resource: widgets\n", &format!("    resource: widgets\n    version: {version}\n"));
+        .replace(
+            "    resource: widgets\n",
+            &format!("    resource: widgets\n    version: {version}\n"),
+        );
     let rules = Ownership::from_yaml(&text).unwrap();
-    assert_eq!(rules.resource("example.com", "widgets").unwrap().version.as_deref(), Some(version));
+    assert_eq!(
+        rules.resource("example.com", "widgets").unwrap().version.as_deref(),
+        Some(version)
+    );
     rules
 }
 
@@ -515,19 +521,37 @@ fn a_review_in_another_version_than_the_rules_is_refused_not_read_against_the_wr
     let (old, new) = stale();
     let rules = rules_at_version("enforce", "v1");
     // In the rules' version: decided as ever.
-    let at_v1 = read_both(&rules, &in_version(review(SCALER, old.clone(), new.clone()), Some("v1")), Endpoint::Validate);
+    let at_v1 = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), Some("v1")),
+        Endpoint::Validate,
+    );
     assert_eq!(at_v1.unwrap().outcome, Outcome::Denied);
     // In another: refused, saying how to register the webhook.
-    let at_v2 = read_both(&rules, &in_version(review(SCALER, old.clone(), new.clone()), Some("v2")), Endpoint::Validate);
-    let Err(refused) = at_v2 else { panic!("decided: {at_v2:?}") };
-    assert_eq!(refused.code(), 500, "statusguard's registration is wrong, not the writer's request");
+    let at_v2 = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), Some("v2")),
+        Endpoint::Validate,
+    );
+    let Err(refused) = at_v2 else {
+        panic!("decided: {at_v2:?}")
+    };
+    assert_eq!(
+        refused.code(),
+        500,
+        "statusguard's registration is wrong, not the writer's request"
+    );
     assert_eq!(
         refused.to_string(),
         "the rules of example.com/widgets are written for version v1, and this review is for version v2: the webhook \
          must be registered with apiVersions [v1] and matchPolicy Equivalent, so that the API server converts the write"
     );
     // Without a version: nothing says the layout is the rules'.
-    let unnamed = read_both(&rules, &in_version(review(SCALER, old.clone(), new.clone()), None), Endpoint::Validate);
+    let unnamed = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), None),
+        Endpoint::Validate,
+    );
     assert!(
         matches!(&unnamed, Err(DecisionError::WrongVersion { got, .. }) if got == "names no version"),
         "{unnamed:?}"
@@ -539,7 +563,11 @@ fn what_does_not_read_the_status_is_answered_in_any_version() {
     let (old, new) = stale();
     let v2 = |user: &str| in_version(review(user, old.clone(), new.clone()), Some("v2"));
     // Exempt writers are decided on who they are.
-    let exempt = read_both(&rules_at_version("enforce", "v1"), &v2("breakglass"), Endpoint::Validate);
+    let exempt = read_both(
+        &rules_at_version("enforce", "v1"),
+        &v2("breakglass"),
+        Endpoint::Validate,
+    );
     assert_eq!(exempt.unwrap().outcome, Outcome::Exempt);
     // Enforce has no work at /mutate; /validate refuses.
     let mutate = read_both(&rules_at_version("enforce", "v1"), &v2(SCALER), Endpoint::Mutate);
@@ -550,7 +578,15 @@ fn what_does_not_read_the_status_is_answered_in_any_version() {
     // Another resource, and rules that name no version, decide every version.
     let gadgets = read_both(
         &rules_at_version("enforce", "v1"),
-        &review_with(SCALER, vec![], "UPDATE", Some("status"), "gadgets", json!({}), json!({"x": 1})),
+        &review_with(
+            SCALER,
+            vec![],
+            "UPDATE",
+            Some("status"),
+            "gadgets",
+            json!({}),
+            json!({"x": 1}),
+        ),
         Endpoint::Validate,
     );
     assert_eq!(gadgets.unwrap().outcome, Outcome::Allowed);

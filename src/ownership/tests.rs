@@ -54,7 +54,9 @@ fn a_resource_names_the_version_its_paths_are_written_against() {
 #[test]
 fn a_version_that_no_api_server_serves_is_refused() {
     for bad in ["\"*\"", "V1", "\"1\"", "v1/status", "\"\"", "v1.2", "-v1", "v1-"] {
-        let text = doc(&format!("  - {{group: example.com, resource: widgets, version: {bad}}}\n"));
+        let text = doc(&format!(
+            "  - {{group: example.com, resource: widgets, version: {bad}}}\n"
+        ));
         let problems = problems(&text);
         assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
         assert!(
@@ -64,7 +66,13 @@ fn a_version_that_no_api_server_serves_is_refused() {
         );
     }
     let long = format!("v{}", "1".repeat(63));
-    assert_eq!(problems(&doc(&format!("  - {{group: example.com, resource: widgets, version: {long}}}\n"))).len(), 1);
+    assert_eq!(
+        problems(&doc(&format!(
+            "  - {{group: example.com, resource: widgets, version: {long}}}\n"
+        )))
+        .len(),
+        1
+    );
 }
 
 #[test]

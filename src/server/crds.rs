@@ -155,7 +155,9 @@ pub fn resolve(rules: &Ownership, known: &StorageVersions) -> Option<Resolution>
                 }
             },
             StorageVersions::Unreadable(error) => {
-                resolution.unversioned.insert(key, Unversioned::Unreadable(error.clone()));
+                resolution
+                    .unversioned
+                    .insert(key, Unversioned::Unreadable(error.clone()));
             }
         }
     }

@@ -70,7 +70,16 @@ async fn register(
     tracing::info!(name = %registration.name, target = ?registration.target, "keeping the webhook configurations in step with the rules");
     loop {
         let known = storage_versions.borrow_and_update().clone();
-        reported = sync(&client, &registration, &app, &known, &mut applied, &mut applied_at, &reported).await;
+        reported = sync(
+            &client,
+            &registration,
+            &app,
+            &known,
+            &mut applied,
+            &mut applied_at,
+            &reported,
+        )
+        .await;
         tokio::select! {
             () = app.rules.replaced() => {},
             () = app.registration_changed() => {},

@@ -87,7 +87,12 @@ fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
             .is_none()
     );
     let empty = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
-    assert_eq!(desired(&registration(), &empty, &unresolved(), None).validating.webhooks, Some(vec![]));
+    assert_eq!(
+        desired(&registration(), &empty, &unresolved(), None)
+            .validating
+            .webhooks,
+        Some(vec![])
+    );
 }
 
 #[test]
