@@ -512,7 +512,8 @@ fn version_note(r: &crate::ownership::ResourceRules) -> String {
         None if !r.group.contains('.') => {
             "every version (*): a built-in resource has no CRD to take the version from, so writes are not converted; name version: to have them converted".to_owned()
         }
-        None => "the version of its CRD's storage, when the server registers".to_owned(),
+        None => "its CRD's storage version, read when the server registers (every version, *, while there is no CRD)"
+            .to_owned(),
     }
 }
 
