@@ -510,9 +510,10 @@ fn version_note(r: &crate::ownership::ResourceRules) -> String {
         Some(version) => format!("version {version}"),
         // A CRD's group has a dot; a group without one is built in.
         None if !r.group.contains('.') => {
-            "every version (*): a built-in resource has no CRD to take the version from, so writes are not converted; name version: to have them converted".to_owned()
+            "every version (*): a built-in resource has no CRD to take it from, so writes are not converted; set version:"
+                .to_owned()
         }
-        None => "its CRD's storage version, read when the server registers (every version, *, while there is no CRD)"
+        None => "version: its CRD's storage version, read by the server (every version, *, while there is no CRD)"
             .to_owned(),
     }
 }
