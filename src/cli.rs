@@ -562,6 +562,20 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
     }
 }
 
+/// Which version a resource's webhook rule will name, for `check`.
+fn version_note(r: &crate::ownership::ResourceRules) -> String {
+    match &r.version {
+        Some(version) => format!("version {version}"),
+        // A CRD's group has a dot; a group without one is built in.
+        None if !r.group.contains('.') => {
+            "every version (*): a built-in resource has no CRD to take it from, so writes are not converted; set version:"
+                .to_owned()
+        }
+        None => "version: its CRD's storage version, read by the server (every version, *, while there is no CRD)"
+            .to_owned(),
+    }
+}
+
 async fn check(args: &CheckArgs) -> ExitCode {
     let source = match (&args.file, &args.configmap) {
         (Some(file), _) => RulesSource::File(file.clone()),
@@ -592,10 +606,11 @@ async fn check(args: &CheckArgs) -> ExitCode {
             let mut text = format!("{origin}: valid: {}\n", rules.summary());
             for r in rules.resources() {
                 text += &format!(
-                    "  {} (mode {}, conditions at status.{})\n",
+                    "  {} (mode {}, conditions at status.{}, {})\n",
                     r.name(),
                     r.mode,
-                    r.conditions_path
+                    r.conditions_path,
+                    version_note(r)
                 );
                 for w in &r.writers {
                     let fields: Vec<String> = w.fields.iter().map(ToString::to_string).collect();

@@ -139,10 +139,24 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
-/// A request that cannot be decided: the API server never sends one.
+/// A request that cannot be decided: the API server never sends one
+/// (unless the webhook is registered for another version than the rules).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecisionError {
+    /// The rules' paths are written for one version and the review's objects
+    /// are in another: read against the wrong layout, they would decide wrongly.
+    #[error(
+        "the rules of {resource} are written for version {wanted}, and this review {got}: the webhook must be registered with apiVersions [{wanted}] and matchPolicy Equivalent, so that the API server converts the write"
+    )]
+    WrongVersion {
+        /// `group/resource`.
+        resource: String,
+        /// The version the rules name.
+        wanted: String,
+        /// `is for version V`, or `names no version`.
+        got: String,
+    },
     /// A status UPDATE without `object` or `oldObject`.
     #[error("a status UPDATE review must carry {0}")]
     MissingObject(&'static str),
@@ -182,10 +196,11 @@ pub enum DecisionError {
 
 impl DecisionError {
     /// The HTTP-like code the denial carries: 500 for statusguard's own
-    /// failures, 400 for a request the API server would never send.
+    /// failures (a patch it cannot make, a webhook registered for another
+    /// version than its rules), 400 for a request the API server would never send.
     pub fn code(&self) -> u16 {
         match self {
-            DecisionError::Patch(_) => 500,
+            DecisionError::Patch(_) | DecisionError::WrongVersion { .. } => 500,
             DecisionError::TooLarge { .. } => 413,
             _ => 400,
         }
@@ -225,7 +240,7 @@ pub fn read_and_decide<'b>(
     let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     let plan_paths = |head: RequestHead<'_>| match plan(rules, head, endpoint) {
         Plan::Read(resource_rules) => Some(&resource_rules.read_paths),
-        Plan::Answer(_) => None,
+        Plan::Answer(_) | Plan::Refuse(_) => None,
     };
     if let Some((request, statuses)) = parse_request_projecting(body, plan_paths) {
         let decided = match &statuses {
@@ -270,6 +285,8 @@ enum Plan<'r> {
     Answer(Outcome),
     /// The statuses are read and compared under these rules.
     Read(&'r ResourceRules),
+    /// Refused without reading the objects.
+    Refuse(DecisionError),
 }
 
 /// The one place that says which requests have their objects read: the
@@ -289,6 +306,19 @@ fn plan<'r>(rules: &'r Ownership, head: RequestHead<'_>, endpoint: Endpoint) -> 
     // decided once, at /validate.
     if endpoint == Endpoint::Mutate && resource_rules.mode != Mode::Trim {
         return Plan::Answer(Outcome::Allowed);
+    }
+    if let Some(wanted) = resource_rules
+        .version
+        .as_deref()
+        .filter(|&v| v != head.resource.version)
+    {
+        return Plan::Refuse(DecisionError::WrongVersion {
+            resource: resource_rules.name(),
+            wanted: wanted.to_owned(),
+            got: Some(head.resource.version.as_str())
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| "names no version".to_owned(), |v| format!("is for version {v}")),
+        });
     }
     Plan::Read(resource_rules)
 }
@@ -337,6 +367,7 @@ fn decide_at(
     };
     let resource_rules = match plan(rules, head, endpoint) {
         Plan::Answer(outcome) => return Ok(decision(outcome, vec![], allow)),
+        Plan::Refuse(refused) => return Err(refused),
         Plan::Read(resource_rules) => resource_rules,
     };
 

@@ -91,11 +91,16 @@ pub struct ObjectView<'a> {
     pub status: Option<&'a RawValue>,
 }
 
-/// `request.resource`: the version is not needed, the group and resource are.
+/// `request.resource`: what the rules are looked up by, and the version
+/// the objects are in.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ResourceRef {
     /// The API group; `""` is the core group.
     pub group: String,
+    /// The version the review's objects are in (after the API server's
+    /// conversion, under `matchPolicy: Equivalent`); empty when not sent.
+    #[serde(default)]
+    pub version: String,
     /// The plural resource name.
     pub resource: String,
 }

@@ -18,6 +18,15 @@
 //!   `system:nodes` away from the webhook entirely, so break-glass works
 //!   while statusguard is down.
 //!
+//! Each rule names the one version its resource's paths are written against
+//! (the document's `version:`, else the CRD's storage version, which the
+//! registration loop reads), with `matchPolicy: Equivalent`: the API server
+//! converts a write made in any other served version to that one before it
+//! calls the webhook, so a writer in another version (whose status may be
+//! laid out differently) is decided on the layout the paths describe. Only a
+//! resource whose version is unknown (a built-in one, or a CRD not there yet,
+//! and no `version:`) is registered for every version, `*`, unconverted.
+//!
 //! Only the `webhooks` of each configuration are written, so the objects
 //! themselves may be created by someone else (the Helm chart creates them
 //! empty, so that the server needs to patch, never to create, webhook
@@ -42,7 +51,7 @@ use kube::{Api, Client};
 use std::collections::BTreeMap;
 
 pub use crate::ownership::FailurePolicy;
-use crate::ownership::{Mode, Ownership, ResourceRules};
+use crate::ownership::{GroupResource, Mode, Ownership, ResourceRules};
 use crate::rules::ConfigMapRef;
 
 /// The field manager of every write statusguard makes to its configurations.
@@ -190,12 +199,37 @@ fn webhook_name(path: &str, registration: &Registration) -> String {
     format!("{path}.{}.statusguard.dev", registration.name)
 }
 
-/// The rules of a webhook: `<resource>/status` UPDATE for each resource.
-fn rules_for<'r>(resources: impl Iterator<Item = &'r ResourceRules>) -> Vec<RuleWithOperations> {
+/// The versions found for the resources whose document names none, by
+/// group/resource: their CRDs' storage versions.
+pub type ResolvedVersions = BTreeMap<GroupResource, String>;
+
+/// Every version: what a rule names when the version of its resource is unknown.
+pub const ALL_VERSIONS: &str = "*";
+
+/// The version a resource's rule names: the document's, else the resolved
+/// one, else every version.
+pub fn rule_version<'a>(resource: &'a ResourceRules, resolved: &'a ResolvedVersions) -> &'a str {
+    resource
+        .version
+        .as_deref()
+        .or_else(|| {
+            resolved
+                .get(&GroupResource::new(resource.group.as_str(), resource.resource.as_str()))
+                .map(String::as_str)
+        })
+        .unwrap_or(ALL_VERSIONS)
+}
+
+/// The rules of a webhook: `<resource>/status` UPDATE for each resource, in
+/// the version its paths are written against.
+fn rules_for<'r>(
+    resources: impl Iterator<Item = &'r ResourceRules>,
+    resolved: &ResolvedVersions,
+) -> Vec<RuleWithOperations> {
     resources
         .map(|r| RuleWithOperations {
             api_groups: Some(vec![r.group.clone()]),
-            api_versions: Some(vec!["*".to_owned()]),
+            api_versions: Some(vec![rule_version(r, resolved).to_owned()]),
             operations: Some(vec!["UPDATE".to_owned()]),
             resources: Some(vec![format!("{}/status", r.resource)]),
             scope: Some("*".to_owned()),
@@ -295,8 +329,14 @@ fn groups<'r>(
     groups
 }
 
-/// The configurations that match `rules`: pure, the same on every replica.
-pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option<&[u8]>) -> Configurations {
+/// The configurations that match `rules`, with `resolved` the versions of
+/// the resources whose document names none: pure, the same on every replica.
+pub fn desired(
+    registration: &Registration,
+    rules: &Ownership,
+    resolved: &ResolvedVersions,
+    ca_bundle: Option<&[u8]>,
+) -> Configurations {
     // Only the name: the labels belong to whoever created the object (the
     // chart), and an apply of them would take them over.
     let metadata = ObjectMeta {
@@ -311,6 +351,8 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
         client_config: registration.target.client_config(endpoint, ca_bundle),
         rules: Some(rules),
         failure_policy: Some(group.failure_policy.to_string()),
+        // The API server converts a write in another version of the
+        // resource to the one the rule names (see the module's comment).
         match_policy: Some("Equivalent".to_owned()),
         match_conditions: Some(conditions.clone()),
         namespace_selector: registration.namespace_selector.clone(),
@@ -340,11 +382,11 @@ pub fn desired(registration: &Registration, rules: &Ownership, ca_bundle: Option
     let validating = groups(registration, rules, "validate", &[Mode::Enforce, Mode::Trim])
         .into_iter()
         .chain(groups(registration, rules, "audit", &[Mode::Audit]))
-        .map(|(group, resources)| hook(&group, rules_for(resources.into_iter()), "validate"))
+        .map(|(group, resources)| hook(&group, rules_for(resources.into_iter(), resolved), "validate"))
         .collect();
     let mutating = groups(registration, rules, "mutate", &[Mode::Trim])
         .into_iter()
-        .map(|(group, resources)| mutating_hook(&group, rules_for(resources.into_iter())))
+        .map(|(group, resources)| mutating_hook(&group, rules_for(resources.into_iter(), resolved)))
         .collect();
     Configurations {
         validating: ValidatingWebhookConfiguration {

@@ -208,15 +208,17 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         assert_eq!(configuration["metadata"]["name"], "sg-statusguard-statusguard-system");
         assert!(configuration.get("webhooks").is_none(), "{kind}: {configuration}");
     }
-    // RBAC: the release's own two webhook configurations, and its own
-    // ConfigMap; for the Events, get (only) on the guarded resources, whose
-    // objects are read to check a review's uid.
+    // RBAC: the release's own two webhook configurations, the CRDs (read),
+    // and its own ConfigMap; for the Events, get (only) on the guarded
+    // resources, whose objects are read to check a review's uid.
     let cluster_role = find("ClusterRole");
     assert_eq!(
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
                 "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
+               {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                "verbs": ["get", "list", "watch"]},
                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
                {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"]},
                {"apiGroups": ["example.com"], "resources": ["gadgets"], "verbs": ["get"]}])
@@ -228,7 +230,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         .unwrap();
     assert_eq!(
         role["rules"].as_array().unwrap().len(),
-        1,
+        2,
         "no Events, no grant: {role}"
     );
     let quiet_args = container_args(&quiet, "Deployment");

@@ -191,6 +191,17 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     s.wait_until_called(&["endpoint=\"validate\""], || server.metrics())
         .await;
     assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 409);
+    // The chart's ClusterRole lets the server read the Widget CRD: the rule
+    // names its storage version, to which the API server converts the others.
+    let hooks = Api::<ValidatingWebhookConfiguration>::all(s.admin.clone())
+        .get(WEBHOOKS)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default();
+    let rule = &hooks[0].rules.as_deref().unwrap_or_default()[0];
+    assert_eq!(rule.api_versions, Some(vec!["v1".to_owned()]), "{hooks:?}");
+    assert_eq!(hooks[0].match_policy.as_deref(), Some("Equivalent"));
 
     // Removing the resource by hand releases it within seconds; adding it back guards it again.
     edit_configmap(&s, &without_widgets()).await;

@@ -476,6 +476,124 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
     ));
 }
 
+/// The shared fixture in `mode`, its widgets written for `version`.
+fn rules_at_version(mode: &str, version: &str) -> Ownership {
+    let text = include_str!("../../tests/fixtures/ownership.yaml")
+        .replace("mode: enforce", &format!("mode: {mode}"))
+        .replace(
+            "    resource: widgets\n",
+            &format!("    resource: widgets\n    version: {version}\n"),
+        );
+    let rules = Ownership::from_yaml(&text).unwrap();
+    assert_eq!(
+        rules.resource("example.com", "widgets").unwrap().version.as_deref(),
+        Some(version)
+    );
+    rules
+}
+
+/// `review` made in `version` (`None`: without one).
+fn in_version(mut review: Value, version: Option<&str>) -> Value {
+    let resource = review["request"]["resource"].as_object_mut().unwrap();
+    match version {
+        Some(v) => resource.insert("version".into(), json!(v)),
+        None => resource.remove("version"),
+    };
+    review
+}
+
+/// Both readers' answer, after checking that they agree.
+fn read_both(rules: &Ownership, review: &Value, endpoint: Endpoint) -> Result<Decision, DecisionError> {
+    let body = in_api_server_order(review);
+    let request = parse_request(&body).unwrap();
+    let two_passes = decide(rules, &request, endpoint);
+    let (_, one_pass) = read_and_decide(rules, &body, endpoint).unwrap();
+    let text = |d: &Result<Decision, DecisionError>| match d {
+        Ok(d) => format!("{:?} {:?}", d.outcome, d.violations),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(text(&one_pass), text(&two_passes));
+    one_pass
+}
+
+#[test]
+fn a_review_in_another_version_than_the_rules_is_refused_not_read_against_the_wrong_layout() {
+    let (old, new) = stale();
+    let rules = rules_at_version("enforce", "v1");
+    // In the rules' version: decided as ever.
+    let at_v1 = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), Some("v1")),
+        Endpoint::Validate,
+    );
+    assert_eq!(at_v1.unwrap().outcome, Outcome::Denied);
+    // In another: refused, saying how to register the webhook.
+    let at_v2 = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), Some("v2")),
+        Endpoint::Validate,
+    );
+    let Err(refused) = at_v2 else {
+        panic!("decided: {at_v2:?}")
+    };
+    assert_eq!(
+        refused.code(),
+        500,
+        "statusguard's registration is wrong, not the writer's request"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "the rules of example.com/widgets are written for version v1, and this review is for version v2: the webhook \
+         must be registered with apiVersions [v1] and matchPolicy Equivalent, so that the API server converts the write"
+    );
+    // Without a version: nothing says the layout is the rules'.
+    let unnamed = read_both(
+        &rules,
+        &in_version(review(SCALER, old.clone(), new.clone()), None),
+        Endpoint::Validate,
+    );
+    assert!(
+        matches!(&unnamed, Err(DecisionError::WrongVersion { got, .. }) if got == "names no version"),
+        "{unnamed:?}"
+    );
+}
+
+#[test]
+fn what_does_not_read_the_status_is_answered_in_any_version() {
+    let (old, new) = stale();
+    let v2 = |user: &str| in_version(review(user, old.clone(), new.clone()), Some("v2"));
+    // Exempt writers are decided on who they are.
+    let exempt = read_both(
+        &rules_at_version("enforce", "v1"),
+        &v2("breakglass"),
+        Endpoint::Validate,
+    );
+    assert_eq!(exempt.unwrap().outcome, Outcome::Exempt);
+    // Enforce has no work at /mutate; /validate refuses.
+    let mutate = read_both(&rules_at_version("enforce", "v1"), &v2(SCALER), Endpoint::Mutate);
+    assert_eq!(mutate.unwrap().outcome, Outcome::Allowed);
+    // Trim reads the status at /mutate too: refused there.
+    let trim = read_both(&rules_at_version("trim", "v1"), &v2(SCALER), Endpoint::Mutate);
+    assert!(matches!(trim, Err(DecisionError::WrongVersion { .. })), "{trim:?}");
+    // Another resource, and rules that name no version, decide every version.
+    let gadgets = read_both(
+        &rules_at_version("enforce", "v1"),
+        &review_with(
+            SCALER,
+            vec![],
+            "UPDATE",
+            Some("status"),
+            "gadgets",
+            json!({}),
+            json!({"x": 1}),
+        ),
+        Endpoint::Validate,
+    );
+    assert_eq!(gadgets.unwrap().outcome, Outcome::Allowed);
+    let unversioned = read_both(&rules("enforce"), &v2(SCALER), Endpoint::Validate);
+    assert_eq!(unversioned.unwrap().outcome, Outcome::Denied);
+}
+
 // ---- invariants -----------------------------------------------------------
 
 fn leaf() -> impl Strategy<Value = Value> {
@@ -727,7 +845,7 @@ fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to
     let rules = rules("enforce");
     let plan = |head: RequestHead<'_>| match plan(&rules, head, Endpoint::Validate) {
         Plan::Read(r) => Some(&r.read_paths),
-        Plan::Answer(_) => None,
+        Plan::Answer(_) | Plan::Refuse(_) => None,
     };
     let (old, new) = stale();
     let review = review(SCALER, old, new);

@@ -121,6 +121,7 @@ struct ExemptDoc {
 struct ResourceDoc {
     group: String,
     resource: String,
+    version: Option<String>,
     mode: Option<Mode>,
     conditions: Option<String>,
     #[serde(default)]
@@ -166,6 +167,11 @@ pub struct ResourceRules {
     pub group: String,
     /// The plural resource name.
     pub resource: String,
+    /// The version the paths are written against (`v1`, `v1beta2`): the
+    /// webhooks are registered for it with `matchPolicy: Equivalent`, so the
+    /// API server converts a write made in any other version to it. `None`:
+    /// the server takes the CRD's storage version when it registers.
+    pub version: Option<String>,
     /// What happens to a write that changes another writer's items.
     pub mode: Mode,
     /// This resource's webhook `failurePolicy`, where it differs from the
@@ -401,6 +407,7 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
             "{at}: timeoutSeconds {t} is outside 1 to 30 (the API server's bounds)"
         ));
     }
+    let version = checked_version(r.version, at, problems);
     let conditions_text = r.conditions.as_deref().unwrap_or("conditions");
     let conditions_path = FieldPath::parse(conditions_text)
         .map_err(|e| problems.push(format!("{at}: conditions: {e}")))
@@ -426,6 +433,7 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     Some(ResourceRules {
         group: r.group,
         resource: r.resource,
+        version,
         mode,
         failure_policy: r.failure_policy,
         timeout_seconds: r.timeout_seconds,
@@ -434,6 +442,21 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
         read_paths,
         owners,
     })
+}
+
+/// The document's `version`, if it is one the API server can serve: a
+/// DNS-1035 label (what a CRD's version names must be: lower case, digits
+/// and '-', starting with a letter), so never `*`.
+fn checked_version(version: Option<String>, at: &str, problems: &mut Vec<String>) -> Option<String> {
+    let version = version?;
+    if is_dns_label(&version, 63) && version.starts_with(|c: char| c.is_ascii_lowercase()) {
+        Some(version)
+    } else {
+        problems.push(format!(
+            "{at}: version {version:?} is not a Kubernetes version name (v1, v1beta2: lower case, digits and '-', starting with a letter)"
+        ));
+        None
+    }
 }
 
 /// One writer's entry, or `None` (with the problems noted) when it names no

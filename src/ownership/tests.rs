@@ -38,6 +38,44 @@ fn defaults_apply_where_the_document_is_silent() {
 }
 
 #[test]
+fn a_resource_names_the_version_its_paths_are_written_against() {
+    let rules = Ownership::from_yaml(&doc(
+        "  - {group: cluster.x-k8s.io, resource: machines, version: v1beta2}
+  - {group: example.com, resource: widgets}
+",
+    ))
+    .unwrap();
+    let machines = rules.resource("cluster.x-k8s.io", "machines").unwrap();
+    assert_eq!(machines.version.as_deref(), Some("v1beta2"));
+    // None: the server takes the CRD's storage version.
+    assert_eq!(rules.resource("example.com", "widgets").unwrap().version, None);
+}
+
+#[test]
+fn a_version_that_no_api_server_serves_is_refused() {
+    for bad in ["\"*\"", "V1", "\"1\"", "v1/status", "\"\"", "v1.2", "-v1", "v1-"] {
+        let text = doc(&format!(
+            "  - {{group: example.com, resource: widgets, version: {bad}}}\n"
+        ));
+        let problems = problems(&text);
+        assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+        assert!(
+            problems[0].starts_with("resources[0] (example.com/widgets): version ")
+                && problems[0].contains("is not a Kubernetes version name"),
+            "{bad}: {problems:?}"
+        );
+    }
+    let long = format!("v{}", "1".repeat(63));
+    assert_eq!(
+        problems(&doc(&format!(
+            "  - {{group: example.com, resource: widgets, version: {long}}}\n"
+        )))
+        .len(),
+        1
+    );
+}
+
+#[test]
 fn core_resources_the_kubelet_and_control_plane_write_need_an_explicit_opt_in() {
     let err = Ownership::from_yaml(&doc(
         "  - {group: \"\", resource: nodes}\n  - {group: \"\", resource: pods, mode: trim}\n",

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod app;
 pub mod ca;
+pub mod crds;
 pub mod limits;
 pub mod observer;
 pub mod register;

@@ -14,6 +14,11 @@ fn registration() -> Registration {
     }
 }
 
+/// No version found for any resource: each rule names the document's, or `*`.
+fn unresolved() -> ResolvedVersions {
+    ResolvedVersions::new()
+}
+
 fn rules(text: &str) -> Ownership {
     Ownership::from_yaml(text).unwrap()
 }
@@ -35,7 +40,7 @@ fn json_of<T: serde::Serialize>(value: &T) -> Value {
 
 #[test]
 fn one_webhook_per_mode_with_the_resources_of_that_mode() {
-    let configurations = desired(&registration(), &rules(MIXED), Some(b"PEM"));
+    let configurations = desired(&registration(), &rules(MIXED), &unresolved(), Some(b"PEM"));
     let validating = json_of(&configurations.validating);
     assert_eq!(validating["apiVersion"], "admissionregistration.k8s.io/v1");
     assert_eq!(validating["kind"], "ValidatingWebhookConfiguration");
@@ -73,7 +78,7 @@ fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
     let only_enforce = rules(
         "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - {group: example.com, resource: widgets}\n",
     );
-    let configurations = desired(&registration(), &only_enforce, None);
+    let configurations = desired(&registration(), &only_enforce, &unresolved(), None);
     assert_eq!(configurations.validating.webhooks.as_ref().unwrap().len(), 1);
     assert_eq!(configurations.mutating.webhooks, Some(vec![]));
     assert!(
@@ -82,7 +87,12 @@ fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
             .is_none()
     );
     let empty = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
-    assert_eq!(desired(&registration(), &empty, None).validating.webhooks, Some(vec![]));
+    assert_eq!(
+        desired(&registration(), &empty, &unresolved(), None)
+            .validating
+            .webhooks,
+        Some(vec![])
+    );
 }
 
 #[test]
@@ -102,7 +112,7 @@ fn exempt_identities_and_the_nodes_never_reach_the_webhook() {
     assert_eq!(conditions.len(), 1);
     assert!(conditions[0].expression.contains(r#"["system:nodes"]"#));
     // Every webhook carries them.
-    let configurations = desired(&registration(), &rules(MIXED), None);
+    let configurations = desired(&registration(), &rules(MIXED), &unresolved(), None);
     for hook in configurations.validating.webhooks.unwrap() {
         assert_eq!(hook.match_conditions.unwrap().len(), 2);
     }
@@ -116,7 +126,7 @@ fn the_selectors_reach_every_webhook() {
         namespace_selector: Some(selector.clone()),
         ..registration()
     };
-    let configurations = desired(&registration, &rules(MIXED), None);
+    let configurations = desired(&registration, &rules(MIXED), &unresolved(), None);
     for hook in configurations.validating.webhooks.unwrap() {
         assert_eq!(hook.object_selector.as_ref(), Some(&selector));
         assert_eq!(hook.namespace_selector.as_ref(), Some(&selector));
@@ -147,8 +157,8 @@ fn targets_parse_from_a_service_or_a_url() {
 
 #[test]
 fn the_same_rules_give_the_same_configurations() {
-    let a = desired(&registration(), &rules(MIXED), Some(b"x"));
-    let b = desired(&registration(), &rules(MIXED), Some(b"x"));
+    let a = desired(&registration(), &rules(MIXED), &unresolved(), Some(b"x"));
+    let b = desired(&registration(), &rules(MIXED), &unresolved(), Some(b"x"));
     assert_eq!(
         serde_json::to_vec(&a.validating).unwrap(),
         serde_json::to_vec(&b.validating).unwrap()
@@ -167,7 +177,7 @@ resources:
   - {group: example.com, resource: doodads, mode: audit, failurePolicy: Fail, timeoutSeconds: 2}
   - {group: "", resource: pods, failurePolicy: Ignore}
 "#;
-    let configurations = desired(&registration(), &rules(text), None);
+    let configurations = desired(&registration(), &rules(text), &unresolved(), None);
     let hooks: Vec<(String, String, i32, Vec<String>)> = configurations
         .validating
         .webhooks
@@ -228,4 +238,57 @@ fn a_timeout_outside_the_api_servers_bounds_is_refused() {
         let problems = Ownership::from_yaml(&text).unwrap_err().problems();
         assert!(problems[0].contains("outside 1 to 30"), "{problems:?}");
     }
+}
+
+#[test]
+fn each_rule_names_the_version_its_paths_are_written_against() {
+    let text = r#"
+apiVersion: statusguard.dev/v1alpha1
+kind: StatusOwnership
+resources:
+  - {group: example.com, resource: widgets}
+  - {group: cluster.x-k8s.io, resource: machines, version: v1beta2}
+  - {group: example.com, resource: gadgets, mode: trim}
+  - {group: autoscaling, resource: horizontalpodautoscalers, mode: audit}
+"#;
+    // The CRDs' storage versions; the document's version wins over its CRD's.
+    let resolved: ResolvedVersions = [
+        (GroupResource::new("example.com", "widgets"), "v1".to_owned()),
+        (GroupResource::new("example.com", "gadgets"), "v2".to_owned()),
+        (GroupResource::new("cluster.x-k8s.io", "machines"), "v1beta1".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let configurations = desired(&registration(), &rules(text), &resolved, None);
+    let rules_of = |hooks: Value| -> Vec<(Value, Value)> {
+        hooks
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|h| {
+                // Every webhook asks the API server to convert.
+                assert_eq!(h["matchPolicy"], "Equivalent", "{h}");
+                h["rules"].as_array().unwrap().clone()
+            })
+            .map(|r| (r["resources"][0].clone(), r["apiVersions"].clone()))
+            .collect()
+    };
+    assert_eq!(
+        rules_of(json_of(&configurations.validating)["webhooks"].clone()),
+        vec![
+            (json!("widgets/status"), json!(["v1"])),
+            (json!("machines/status"), json!(["v1beta2"])),
+            (json!("gadgets/status"), json!(["v2"])),
+            // Unknown: every version, unconverted.
+            (json!("horizontalpodautoscalers/status"), json!(["*"])),
+        ]
+    );
+    assert_eq!(
+        rules_of(json_of(&configurations.mutating)["webhooks"].clone()),
+        vec![(json!("gadgets/status"), json!(["v2"]))]
+    );
+    // A version found for a resource the document does not name changes nothing.
+    let mut more = resolved.clone();
+    more.insert(GroupResource::new("example.com", "others"), "v9".to_owned());
+    assert_eq!(desired(&registration(), &rules(text), &more, None), configurations);
 }
