@@ -211,6 +211,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         tls_reload_interval: Duration::from_secs(2),
         write_ca: None,
         tls_sans: vec![],
+        client_ca_file: None,
         max_body_bytes: 1024,
         header_read_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(1),

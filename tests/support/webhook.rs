@@ -33,6 +33,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         tls_reload_interval: Duration::from_millis(200),
         write_ca: None,
         tls_sans: vec![],
+        client_ca_file: None,
         max_body_bytes: 16 * 1024 * 1024,
         header_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
