@@ -408,6 +408,30 @@ mod tests {
     use crate::ownership::Ownership;
     use crate::pipeline::{Verdict, answer};
 
+    /// The client certificate is loaded once, with its key checked against
+    /// it; a wrong pair is named before any webhook is called.
+    #[test]
+    fn a_client_certificate_loads_only_with_its_own_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, other) = (
+            crate::tls::generate_certificates(&[]).unwrap(),
+            crate::tls::generate_certificates(&[]).unwrap(),
+        );
+        let files = CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        };
+        std::fs::write(&files.cert, &one.cert_pem).unwrap();
+        std::fs::write(&files.key, &one.key_pem).unwrap();
+        let identity = ClientIdentity::load(&files).unwrap();
+        assert_eq!(identity.chain.len(), 1);
+        std::fs::write(&files.key, &other.key_pem).unwrap();
+        assert!(matches!(
+            ClientIdentity::load(&files),
+            Err(crate::tls::TlsError::KeyMismatch(_))
+        ));
+    }
+
     /// The probe's review is what the server reads as a status UPDATE of the
     /// guarded resource, and it is allowed in every mode at both endpoints:
     /// a failed probe then means the path, not the write.
