@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use statusguard::rules::RulesSource;
-use support::mtls::{ClientIdentity, connector, exchange};
+use support::mtls::{ClientIdentity, connector, exchange, refusal};
 use support::webhook::*;
 
 fn stale_review() -> Vec<u8> {
@@ -36,11 +36,18 @@ fn assert_denied_409(answer: &Result<String, String>) {
     assert!(response.contains("\"code\":409"), "the decision was made: {response}");
 }
 
-/// A refused handshake: the server's alert, never an HTTP answer.
-fn assert_refused(answer: &Result<String, String>, what: &str) {
-    match answer {
-        Ok(response) => panic!("{what}: answered: {response}"),
-        Err(e) => assert!(e.contains("alert"), "{what}: not refused by the server's alert: {e}"),
+/// A request that got no answer.
+fn assert_unanswered(answer: &Result<String, String>, what: &str) {
+    if let Ok(response) = answer {
+        panic!("{what}: answered: {response}");
+    }
+}
+
+/// The server refuses `connector`'s handshake with an alert naming `reason`.
+async fn assert_refused(addr: std::net::SocketAddr, connector: &tokio_rustls::TlsConnector, reason: &str, what: &str) {
+    match refusal(addr, connector).await {
+        Some(e) => assert!(e.contains("alert") && e.contains(reason), "{what}: {e}"),
+        None => panic!("{what}: the handshake was accepted"),
     }
 }
 
@@ -59,20 +66,31 @@ async fn with_a_client_ca_only_callers_with_its_certificates_are_answered() {
     for versions in BOTH_VERSIONS {
         let with_cert = answer(&server, &connector(&server_ca, Some(&apiserver), versions)).await;
         assert_denied_409(&with_cert);
-        let without = answer(&server, &connector(&server_ca, None, versions)).await;
-        assert_refused(&without, &format!("{versions:?} without a certificate"));
-        let other_ca = answer(&server, &connector(&server_ca, Some(&stranger), versions)).await;
-        assert_refused(&other_ca, &format!("{versions:?} with another CA's certificate"));
+        let without = connector(&server_ca, None, versions);
+        assert_unanswered(&answer(&server, &without).await, "without a certificate");
+        let other_ca = connector(&server_ca, Some(&stranger), versions);
+        assert_unanswered(&answer(&server, &other_ca).await, "with another CA's certificate");
+        // The alert names the reason (TLS 1.2 has no "certificate required").
+        let missing = if versions[0] == &rustls::version::TLS13 {
+            "CertificateRequired"
+        } else {
+            ""
+        };
+        assert_refused(
+            server.tls,
+            &without,
+            missing,
+            &format!("{versions:?} without a certificate"),
+        )
+        .await;
+        assert_refused(
+            server.tls,
+            &other_ca,
+            "UnknownCA",
+            &format!("{versions:?} with another CA's certificate"),
+        )
+        .await;
     }
-    // TLS 1.3 names the reason in its alert.
-    let without = answer(&server, &connector(&server_ca, None, &[&rustls::version::TLS13])).await;
-    assert!(format!("{without:?}").contains("CertificateRequired"), "{without:?}");
-    let other_ca = answer(
-        &server,
-        &connector(&server_ca, Some(&stranger), &[&rustls::version::TLS13]),
-    )
-    .await;
-    assert!(format!("{other_ca:?}").contains("UnknownCA"), "{other_ca:?}");
 
     // An ordinary HTTPS client (HTTP/2 when offered), with and without.
     let client = |identity: Option<&ClientIdentity>| {
@@ -147,10 +165,8 @@ async fn a_client_ca_rotated_by_kubelet_symlink_swap_is_trusted_and_a_broken_one
     version("..2026_12_03_00_20_00.3", "not a certificate");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_denied_409(&answer(&server, &connector(&server_ca, Some(&new), rustls::DEFAULT_VERSIONS)).await);
-    assert_refused(
-        &answer(&server, &connector(&server_ca, None, rustls::DEFAULT_VERSIONS)).await,
-        "without a certificate, after a broken bundle",
-    );
+    let without = connector(&server_ca, None, rustls::DEFAULT_VERSIONS);
+    assert_refused(server.tls, &without, "CertificateRequired", "after a broken bundle").await;
     // Both CAs in one bundle: both trusted.
     version("..2026_12_03_00_30_00.4", &format!("{}{}", old.ca_pem, new.ca_pem));
     wait_until_answered(&server, &server_ca, &old, true).await;
@@ -172,14 +188,14 @@ async fn the_binary_logs_whether_callers_are_authenticated_and_refuses_a_missing
     authenticated.wait_ready().await;
     let server_ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
     let addr = ([127, 0, 0, 1], authenticated.tls).into();
-    let refused = exchange(
+    let without = connector(&server_ca, None, rustls::DEFAULT_VERSIONS);
+    assert_refused(
         addr,
-        &connector(&server_ca, None, rustls::DEFAULT_VERSIONS),
-        "/validate",
-        &stale_review(),
+        &without,
+        "CertificateRequired",
+        "the binary, without a certificate",
     )
     .await;
-    assert_refused(&refused, "the binary, without a certificate");
     let answered = exchange(
         addr,
         &connector(&server_ca, Some(&apiserver), rustls::DEFAULT_VERSIONS),

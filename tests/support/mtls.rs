@@ -112,3 +112,23 @@ pub async fn exchange(addr: SocketAddr, connector: &TlsConnector, path: &str, bo
         (Ok(()), Ok(_)) => Ok(String::from_utf8_lossy(&response).into_owned()),
     }
 }
+
+/// Why the server refuses `connector`'s handshake, as the client hears it:
+/// `Some(the error)`, or `None` when the connection is still open after 5 s
+/// (accepted). Nothing is sent: under TLS 1.3 a write could meet the
+/// connection the server closed and hide its alert behind a broken pipe.
+pub async fn refusal(addr: SocketAddr, connector: &TlsConnector) -> Option<String> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = match connector.connect(name, tcp).await {
+        Ok(tls) => tls,
+        Err(e) => return Some(format!("handshake: {e}")),
+    };
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(std::time::Duration::from_secs(5), tls.read(&mut byte)).await {
+        Ok(Err(e)) => Some(format!("read: {e}")),
+        Ok(Ok(0)) => Some("closed without an alert".into()),
+        Ok(Ok(_)) => Some("the server sent data unasked".into()),
+        Err(_) => None,
+    }
+}
