@@ -307,7 +307,7 @@ pub struct TlsArgs {
     /// PEM private key of the certificate.
     #[arg(long, env = "STATUSGUARD_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// How often the certificate files are checked for a change.
+    /// How often the certificate files (and --client-ca-file) are checked for a change.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, env = "STATUSGUARD_TLS_RELOAD_INTERVAL")]
     pub tls_reload_interval: Duration,
     /// Without --tls-cert: write the CA that verifies the generated certificate here.
@@ -316,6 +316,12 @@ pub struct TlsArgs {
     /// Without --tls-cert: more names (DNS or IP) for the generated certificate.
     #[arg(long = "tls-san", env = "STATUSGUARD_TLS_SAN", value_delimiter = ',')]
     pub tls_sans: Vec<String>,
+    /// PEM bundle of CAs: every caller of the TLS port must present a client
+    /// certificate that chains to one of them, as the API server does when
+    /// its AdmissionConfiguration names a kubeconfig with one for this
+    /// webhook. Re-read when it changes. Default: no client certificate asked for.
+    #[arg(long, env = "STATUSGUARD_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// `statusguard probe`.
@@ -335,6 +341,12 @@ pub struct ProbeArgs {
     /// Limit on each call.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// PEM client certificate to present, for a server with --client-ca-file.
+    #[arg(long, env = "STATUSGUARD_PROBE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(long, env = "STATUSGUARD_PROBE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 /// `statusguard suggest`.
@@ -424,6 +436,7 @@ impl ServeArgs {
             write_ca: self.tls.write_ca,
             tls_sans: self.tls.tls_sans,
             limits: self.limits.limits(),
+            client_ca_file: self.tls.client_ca_file,
             shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
             managed_certs: managed_certs.clone(),
@@ -504,11 +517,16 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
         Command::Suggest(args) => suggest(&args).await,
         Command::Probe(args) => {
             let client = cluster_client().await?;
+            let client_cert = match (args.client_cert, args.client_key) {
+                (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
+                _ => None,
+            };
             let options = crate::probe::ProbeOptions {
                 name: args.name,
                 configmap: args.configmap,
                 connect_to: args.connect_to,
                 timeout: args.timeout,
+                client_cert,
             };
             let probed = crate::probe::probe(&client, &options).await?;
             for line in &probed {

@@ -5,7 +5,8 @@
 //! chart's `helm test`, and a check after an install or a certificate
 //! rotation: the Service routes to a serving replica, the certificate is
 //! valid for the name the API server dials and chains to the bundle it
-//! trusts, and the server decides.
+//! trusts, and the server decides. A server that requires client
+//! certificates (`--client-ca-file`) is probed with one (`--client-cert`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,11 +23,12 @@ use kube::api::Api;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::json;
 use tokio_rustls::TlsConnector;
 
 use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
+use crate::tls::CertFiles;
 
 /// Why a probe could not run, or what a webhook answered wrong.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,9 @@ pub enum ProbeError {
     /// The ownership document could not be read.
     #[error(transparent)]
     Document(#[from] LoadError),
+    /// The client certificate to present does not load.
+    #[error("the client certificate: {0}")]
+    ClientCertificate(crate::tls::TlsError),
     /// One or more webhooks did not answer as they should.
     #[error("{failed} of {total} webhook(s) failed the probe")]
     Failed {
@@ -108,6 +113,9 @@ pub struct ProbeOptions {
     pub connect_to: Option<String>,
     /// Limit on each call.
     pub timeout: Duration,
+    /// A client certificate and key to present, for a server that requires
+    /// one (`--client-ca-file`).
+    pub client_cert: Option<CertFiles>,
 }
 
 /// Probes every webhook of the validating and mutating configurations
@@ -152,6 +160,10 @@ pub async fn probe(client: &kube::Client, options: &ProbeOptions) -> Result<Vec<
         }
     }
 
+    let identity = match &options.client_cert {
+        Some(files) => Some(ClientIdentity::load(files).map_err(ProbeError::ClientCertificate)?),
+        None => None,
+    };
     let mut probed = Vec::with_capacity(hooks.len());
     for (webhook, config, resource) in hooks {
         let target = Target::of(&config, options.connect_to.as_deref());
@@ -163,7 +175,7 @@ pub async fn probe(client: &kube::Client, options: &ProbeOptions) -> Result<Vec<
             (Ok(_), None) => Err("the webhook has no rule to build a review from".to_owned()),
             (Ok(target), Some(resource)) => {
                 let started = Instant::now();
-                match tokio::time::timeout(options.timeout, call(&target, &resource)).await {
+                match tokio::time::timeout(options.timeout, call(&target, &resource, identity.as_ref())).await {
                     Ok(Ok(())) => Ok(started.elapsed()),
                     Ok(Err(why)) => Err(why),
                     Err(_) => Err(format!("no answer within {:?}", options.timeout)),
@@ -254,9 +266,29 @@ impl Target {
     }
 }
 
-/// One call: TLS to the target trusting only its bundle, a status UPDATE
-/// that changes nothing, and the answer checked.
-async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
+/// A client certificate chain and its key, parsed once for every call.
+struct ClientIdentity {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl ClientIdentity {
+    fn load(files: &CertFiles) -> Result<Self, crate::tls::TlsError> {
+        // Loaded as a served pair is, which also checks that the key fits.
+        let (certified, pem) = files.load()?;
+        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| crate::tls::TlsError::Pem {
+            path: files.key.clone(),
+            message: e.to_string(),
+        })?;
+        let chain = certified.cert;
+        Ok(Self { chain, key })
+    }
+}
+
+/// One call: TLS to the target trusting only its bundle (presenting
+/// `identity` when asked for a certificate), a status UPDATE that changes
+/// nothing, and the answer checked.
+async fn call(target: &Target, resource: &Resource, identity: Option<&ClientIdentity>) -> Result<(), String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in &target.trusted {
         roots
@@ -266,8 +298,13 @@ async fn call(target: &Target, resource: &Resource) -> Result<(), String> {
     let tls = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let tls = match identity {
+        Some(identity) => tls
+            .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
+            .map_err(|e| format!("the client certificate is unusable: {e}"))?,
+        None => tls.with_no_client_auth(),
+    };
     let name = ServerName::try_from(target.server_name.clone()).map_err(|e| format!("bad server name: {e}"))?;
     let tcp = tokio::net::TcpStream::connect(&target.dial)
         .await
@@ -370,6 +407,30 @@ mod tests {
     use crate::decision::{Endpoint, Outcome};
     use crate::ownership::Ownership;
     use crate::pipeline::{Verdict, answer};
+
+    /// The client certificate is loaded once, with its key checked against
+    /// it; a wrong pair is named before any webhook is called.
+    #[test]
+    fn a_client_certificate_loads_only_with_its_own_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, other) = (
+            crate::tls::generate_certificates(&[]).unwrap(),
+            crate::tls::generate_certificates(&[]).unwrap(),
+        );
+        let files = CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        };
+        std::fs::write(&files.cert, &one.cert_pem).unwrap();
+        std::fs::write(&files.key, &one.key_pem).unwrap();
+        let identity = ClientIdentity::load(&files).unwrap();
+        assert_eq!(identity.chain.len(), 1);
+        std::fs::write(&files.key, &other.key_pem).unwrap();
+        assert!(matches!(
+            ClientIdentity::load(&files),
+            Err(crate::tls::TlsError::KeyMismatch(_))
+        ));
+    }
 
     /// The probe's review is what the server reads as a status UPDATE of the
     /// guarded resource, and it is allowed in every mode at both endpoints:

@@ -1,7 +1,8 @@
 //! TLS for the webhook: rustls with the ring provider, TLS 1.2 and 1.3 only,
 //! certificates from files that are re-read when they change (including
 //! kubelet's `..data` symlink swap), or a development CA and serving
-//! certificate made at start with rcgen.
+//! certificate made at start with rcgen. Optionally, callers must present a
+//! client certificate from a CA bundle that is re-read the same way.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -9,11 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
 /// The one crypto provider statusguard uses, chosen on purpose: ring is pure
 /// Rust plus assembly (no C toolchain or cmake), and kube's client uses it too.
@@ -56,6 +60,22 @@ pub enum TlsError {
     /// rcgen could not make a certificate.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
+    /// The client CA bundle holds a certificate that cannot be a trust anchor.
+    #[error("{path}: not a usable CA certificate: {source}")]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+    /// rustls refused to verify clients with the CA bundle.
+    #[error("{path}: cannot verify client certificates with it: {source}")]
+    ClientVerifier {
+        /// The file.
+        path: PathBuf,
+        /// What rustls said.
+        source: rustls::server::VerifierBuilderError,
+    },
 }
 
 /// A CA and a serving certificate it signed, in PEM.
@@ -178,14 +198,223 @@ impl ResolvesServerCert for SwappableCert {
     }
 }
 
-/// The rustls server configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1.
+/// The rustls server configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1,
+/// no client certificate asked for.
 pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<rustls::ServerConfig, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(crypto_provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    server_config_verifying_clients(resolver, None)
+}
+
+/// [`server_config`], and with `clients` every caller must present a client
+/// certificate that `clients` accepts, or the handshake fails.
+pub fn server_config_verifying_clients(
+    resolver: Arc<dyn ResolvesServerCert>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let builder = rustls::ServerConfig::builder_with_provider(crypto_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// A verifier that requires a client certificate chaining to one of the CA
+/// certificates in `pem` (a PEM bundle; other PEM sections are ignored).
+/// `origin` names the file in errors.
+pub fn client_verifier(pem: &[u8], origin: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| TlsError::Pem {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        roots.add(cert).map_err(|source| TlsError::ClientCa {
+            path: origin.to_owned(),
+            source,
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: origin.to_owned(),
+        });
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
+        .build()
+        .map_err(|source| TlsError::ClientVerifier {
+            path: origin.to_owned(),
+            source,
+        })
+}
+
+/// Verifies client certificates with whichever CA bundle was loaded last;
+/// new handshakes see a swap at once, established connections are not
+/// checked again. Always asks for a certificate and requires one.
+#[derive(Debug)]
+pub struct SwappableClientVerifier(ArcSwap<Arc<dyn ClientCertVerifier>>);
+
+impl SwappableClientVerifier {
+    /// Verifies with `verifier` until another is stored.
+    pub fn new(verifier: Arc<dyn ClientCertVerifier>) -> Arc<Self> {
+        Arc::new(Self(ArcSwap::from_pointee(verifier)))
+    }
+
+    /// Verifies every new handshake with `verifier` from now on.
+    pub fn store(&self, verifier: Arc<dyn ClientCertVerifier>) {
+        self.0.store(Arc::new(verifier));
+    }
+}
+
+impl ClientCertVerifier for SwappableClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints. The trait lends the hints out of `&self`, which a swapped
+    /// bundle cannot; and an empty list asks a client to send the
+    /// certificate it has, which is what the API server does with the one
+    /// its kubeconfig names. Unauthenticated callers also learn nothing of
+    /// the trusted CAs.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.0.load().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    // The signature checks depend on the crypto provider only, never on the
+    // bundle: a swap between the chain check and these is harmless.
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.load().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.load().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.load().supported_verify_schemes()
+    }
+}
+
+/// The PEM bundle of the CAs whose client certificates are accepted
+/// (`--client-ca-file`), re-read every interval like [`CertFiles`], so a
+/// rotated ConfigMap or Secret volume takes effect without a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCaFile {
+    /// The PEM bundle.
+    pub path: PathBuf,
+}
+
+impl ClientCaFile {
+    fn read(&self) -> Result<Vec<u8>, TlsError> {
+        read_file(&self.path)
+    }
+
+    /// Loads the bundle once, for start-up: the verifier, and the bytes it came from.
+    pub fn load(&self) -> Result<(Arc<SwappableClientVerifier>, Vec<u8>), TlsError> {
+        let pem = self.read()?;
+        let verifier = client_verifier(&pem, &self.path)?;
+        Ok((SwappableClientVerifier::new(verifier), pem))
+    }
+
+    /// Polls the file until the process ends, swapping in each new valid
+    /// bundle; a bundle that does not load leaves the last good one in force.
+    /// `on_reload` hears of every attempt, `Ok` or not.
+    pub async fn watch(
+        self,
+        target: Arc<SwappableClientVerifier>,
+        loaded: Vec<u8>,
+        interval: Duration,
+        on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
+    ) {
+        let install = |pem: &Vec<u8>| {
+            let verifier = client_verifier(pem, &self.path)?;
+            target.store(verifier);
+            tracing::info!(file = %self.path.display(), "trusting a new client CA bundle for new connections");
+            Ok(())
+        };
+        poll_files(
+            "the client CA bundle",
+            interval,
+            loaded,
+            || self.read(),
+            install,
+            on_reload,
+        )
+        .await;
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads `what` every `interval` until the process ends, and installs each
+/// new version that differs from the one in service. What fails to read or
+/// install is reported (once per version), the last good one stays.
+async fn poll_files<F: PartialEq>(
+    what: &str,
+    interval: Duration,
+    mut loaded: F,
+    read: impl Fn() -> Result<F, TlsError>,
+    install: impl Fn(&F) -> Result<(), TlsError>,
+    on_reload: impl Fn(Result<(), &TlsError>),
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The last version that failed to install, so that it is reported once.
+    let mut rejected: Option<F> = None;
+    loop {
+        tick.tick().await;
+        let files = match read() {
+            Ok(files) if files == loaded || rejected.as_ref() == Some(&files) => continue,
+            Ok(files) => files,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read {what}; keeping the one in service");
+                on_reload(Err(&e));
+                continue;
+            }
+        };
+        match install(&files) {
+            Ok(()) => {
+                loaded = files;
+                on_reload(Ok(()));
+            }
+            Err(e) => {
+                // A pair's other file may still be on its way: any later
+                // change is tried again on a later tick.
+                rejected = Some(files);
+                tracing::warn!(error = %e, "{what}: the new version does not load; keeping the one in service");
+                on_reload(Err(&e));
+            }
+        }
+    }
 }
 
 /// Certificate and key files, re-read every `interval`.
@@ -204,15 +433,9 @@ pub struct CertFiles {
 
 impl CertFiles {
     fn read(&self) -> Result<PemFiles, TlsError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| TlsError::Read {
-                path: path.to_owned(),
-                source,
-            })
-        };
         Ok(PemFiles {
-            cert: read(&self.cert)?,
-            key: read(&self.key)?,
+            cert: read_file(&self.cert)?,
+            key: read_file(&self.key)?,
             origin: self.clone(),
         })
     }
@@ -228,41 +451,24 @@ impl CertFiles {
     pub async fn watch(
         self,
         target: Arc<SwappableCert>,
-        mut loaded: PemFiles,
+        loaded: PemFiles,
         interval: Duration,
         on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
     ) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The last pair that failed to load, so that it is reported once.
-        let mut rejected: Option<PemFiles> = None;
-        loop {
-            tick.tick().await;
-            let pem = match self.read() {
-                Ok(pem) if pem == loaded || rejected.as_ref() == Some(&pem) => continue,
-                Ok(pem) => pem,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the TLS files; keeping the certificate in service");
-                    on_reload(Err(&e));
-                    continue;
-                }
-            };
-            match certified_key(&pem) {
-                Ok(key) => {
-                    target.store(key);
-                    loaded = pem;
-                    tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
-                    on_reload(Ok(()));
-                }
-                Err(e) => {
-                    // The other file of the pair may still be on its way: any
-                    // change to either file is tried again on a later tick.
-                    rejected = Some(pem);
-                    tracing::warn!(error = %e, "the new TLS files do not load; keeping the certificate in service");
-                    on_reload(Err(&e));
-                }
-            }
-        }
+        let install = |pem: &PemFiles| {
+            target.store(certified_key(pem)?);
+            tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
+            Ok(())
+        };
+        poll_files(
+            "the TLS certificate and key",
+            interval,
+            loaded,
+            || self.read(),
+            install,
+            on_reload,
+        )
+        .await;
     }
 }
 
@@ -279,6 +485,59 @@ mod tests {
                 key: "k".into(),
             },
         }
+    }
+
+    /// A client certificate for `name`, signed by a new CA: (CA PEM, certificate DER).
+    fn client_of_new_ca(name: &str) -> (String, CertificateDer<'static>) {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, format!("{name} CA"));
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+        client.distinguished_name.push(DnType::CommonName, name);
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = client.signed_by(&KeyPair::generate().unwrap(), &ca).unwrap();
+        (ca.pem(), cert.der().clone())
+    }
+
+    #[test]
+    fn the_client_verifier_accepts_its_cas_certificates_and_follows_a_swap() {
+        let (ca_a, client_a) = client_of_new_ca("a");
+        let (ca_b, client_b) = client_of_new_ca("b");
+        let path = Path::new("ca.pem");
+        let accepts = |verifier: &SwappableClientVerifier, cert: &CertificateDer<'_>| {
+            verifier.verify_client_cert(cert, &[], UnixTime::now()).is_ok()
+        };
+        let verifier = SwappableClientVerifier::new(client_verifier(ca_a.as_bytes(), path).unwrap());
+        assert!(verifier.client_auth_mandatory());
+        assert!(accepts(&verifier, &client_a));
+        assert!(!accepts(&verifier, &client_b), "another CA's certificate");
+        verifier.store(client_verifier(ca_b.as_bytes(), path).unwrap());
+        assert!(!accepts(&verifier, &client_a), "after the swap");
+        assert!(accepts(&verifier, &client_b));
+        let bundle = format!("{ca_a}{ca_b}");
+        verifier.store(client_verifier(bundle.as_bytes(), path).unwrap());
+        assert!(
+            accepts(&verifier, &client_a) && accepts(&verifier, &client_b),
+            "a bundle trusts each"
+        );
+    }
+
+    #[test]
+    fn a_client_ca_file_without_a_certificate_is_refused_by_name() {
+        let path = Path::new("client-ca.pem");
+        let key_only = generate_certificates(&[]).unwrap().key_pem;
+        for pem in ["", "junk", key_only.as_str()] {
+            let err = client_verifier(pem.as_bytes(), path).err().unwrap();
+            assert!(matches!(err, TlsError::NoCertificate { .. }), "{pem:?}: {err}");
+            assert!(err.to_string().contains("client-ca.pem"), "{err}");
+        }
+        let truncated = "-----BEGIN CERTIFICATE-----\nMIIB\n";
+        assert!(matches!(
+            client_verifier(truncated.as_bytes(), path),
+            Err(TlsError::Pem { .. })
+        ));
     }
 
     #[test]

@@ -109,8 +109,17 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
             with(&[]),
             never(&[]),
         ),
+        (
+            "client certificates required",
+            format!("{}{CLIENT_AUTH}", ownership()),
+            with(&["Secret"]),
+            never(&[]),
+        ),
     ]
 }
+
+/// `webhook.clientAuth` from a ConfigMap, and the `helm test` pod's certificate.
+const CLIENT_AUTH: &str = "webhook: {clientAuth: {enabled: true, caConfigMap: apiserver-webhook-client-ca}}\ntests: {clientCertSecret: probe-client}\n";
 
 #[test]
 fn helm_lint_strict_passes() {
@@ -470,6 +479,89 @@ fn helm_test_probes_the_webhooks() {
     assert!(!documents(&off).iter().any(|d| d["kind"] == "Pod"));
 }
 
+/// `webhook.clientAuth`: the server requires the API server's client
+/// certificate from a CA bundle of the user's ConfigMap or Secret, mounted
+/// read-only as a whole volume (kubelet updates it; the server re-reads it),
+/// and the `helm test` pod presents a certificate of its own. Off by default.
+#[test]
+fn client_auth_mounts_the_ca_bundle_and_passes_the_flag() {
+    let pod_of = |manifests: &str, kind: &str| {
+        let docs = documents(manifests);
+        let object = docs.iter().find(|d| d["kind"] == kind).unwrap().clone();
+        match kind {
+            "Deployment" => object["spec"]["template"]["spec"].clone(),
+            _ => object["spec"].clone(),
+        }
+    };
+    let defaults = template(&ownership()).unwrap();
+    let args = container_args(&defaults, "Deployment");
+    assert!(!args.iter().any(|a| a.starts_with("--client-ca-file")), "{args:?}");
+    assert!(
+        pod_of(&defaults, "Deployment").get("volumes").is_none(),
+        "server mode, no client CA: no volume"
+    );
+    assert!(
+        !container_args(&defaults, "Pod")
+            .iter()
+            .any(|a| a.starts_with("--client-cert"))
+    );
+
+    let manifests = template(&format!("{}{CLIENT_AUTH}", ownership())).unwrap();
+    let args = container_args(&manifests, "Deployment");
+    assert!(
+        args.contains(&"--client-ca-file=/etc/statusguard/client-ca/ca.crt".to_owned()),
+        "{args:?}"
+    );
+    let pod = pod_of(&manifests, "Deployment");
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "client-ca", "configMap": {"name": "apiserver-webhook-client-ca"}}])
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{"name": "client-ca", "mountPath": "/etc/statusguard/client-ca", "readOnly": true}])
+    );
+    let probe = pod_of(&manifests, "Pod");
+    let args = container_args(&manifests, "Pod");
+    assert!(
+        args.contains(&"--client-cert=/etc/statusguard/probe-client/tls.crt".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--client-key=/etc/statusguard/probe-client/tls.key".to_owned()),
+        "{args:?}"
+    );
+    assert_eq!(
+        probe["volumes"],
+        json!([{"name": "probe-client", "secret": {"secretName": "probe-client"}}])
+    );
+    assert_eq!(probe["containers"][0]["volumeMounts"][0]["readOnly"], true);
+
+    // From a Secret, another key, beside the helm mode's serving certificate.
+    let manifests = template(&format!(
+        "{}certificates: {{mode: helm}}\nwebhook: {{clientAuth: {{enabled: true, caSecret: apiserver-ca, key: bundle.pem}}}}\ntests: {{enabled: false}}\n",
+        ownership()
+    ))
+    .unwrap();
+    let args = container_args(&manifests, "Deployment");
+    assert!(
+        args.contains(&"--client-ca-file=/etc/statusguard/client-ca/bundle.pem".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--tls-cert=/etc/statusguard/tls/tls.crt".to_owned()),
+        "{args:?}"
+    );
+    let pod = pod_of(&manifests, "Deployment");
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 2, "{volumes:?}");
+    assert_eq!(
+        volumes[1],
+        json!({"name": "client-ca", "secret": {"secretName": "apiserver-ca"}})
+    );
+    assert_eq!(pod["containers"][0]["volumeMounts"].as_array().unwrap().len(), 2);
+}
+
 /// GitOps renders the chart on every sync: the same values must give the
 /// same manifests, or each sync would swap trust and roll the pods.
 #[test]
@@ -669,6 +761,27 @@ fn invalid_values_fail_with_a_clear_message() {
             "a resource timeout beyond the API server's 30 s",
             ownership().replace("resource: gadgets", "resource: gadgets\n      timeoutSeconds: 31"),
             "timeoutSeconds",
+        ),
+        (
+            "client certificates without a CA",
+            "webhook: {clientAuth: {enabled: true}}\ntests: {enabled: false}\n".to_owned(),
+            "clientAuth",
+        ),
+        (
+            "client certificates from a ConfigMap and a Secret at once",
+            "webhook: {clientAuth: {enabled: true, caConfigMap: a, caSecret: b}}\ntests: {enabled: false}\n".to_owned(),
+            "clientAuth",
+        ),
+        (
+            "client certificates and a helm test without one",
+            "webhook: {clientAuth: {enabled: true, caConfigMap: a}}\n".to_owned(),
+            "clientCertSecret",
+        ),
+        (
+            "a client CA key that is a path",
+            "webhook: {clientAuth: {enabled: true, caConfigMap: a, key: ../ca.crt}}\ntests: {enabled: false}\n"
+                .to_owned(),
+            "key",
         ),
         (
             "ServiceMonitor without its Service",

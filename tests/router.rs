@@ -219,6 +219,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
             request_timeout: Duration::from_secs(1),
             ..Limits::default()
         },
+        client_ca_file: None,
         shutdown_timeout: Duration::from_secs(1),
         shutdown_delay: Duration::ZERO,
         registration: None,

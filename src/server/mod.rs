@@ -30,7 +30,7 @@ pub use app::App;
 
 use crate::metrics::Metrics;
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
-use crate::tls::{self, CertFiles, PemFiles, SwappableCert};
+use crate::tls::{self, CertFiles, ClientCaFile, PemFiles, SwappableCert, SwappableClientVerifier};
 use crate::webhooks::Registration;
 
 /// Everything `serve` needs; the CLI fills it from flags and environment.
@@ -44,7 +44,7 @@ pub struct ServeConfig {
     pub admin_listen: SocketAddr,
     /// Certificate and key files; `None` makes a development CA and certificate.
     pub tls_files: Option<CertFiles>,
-    /// How often the certificate files are checked for a change.
+    /// How often the certificate files and the client CA file are checked for a change.
     pub tls_reload_interval: Duration,
     /// With generated certificates: where to write the CA that verifies them.
     pub write_ca: Option<PathBuf>,
@@ -53,6 +53,10 @@ pub struct ServeConfig {
     /// What callers may make the server hold (connections, requests, bytes,
     /// threads) and how long they may take.
     pub limits: limits::Limits,
+    /// Callers of the TLS port must present a client certificate from a CA
+    /// in this PEM bundle (re-read like `tls_files`); `None`: no client
+    /// certificate is asked for.
+    pub client_ca_file: Option<PathBuf>,
     /// After the stop signal, how long readiness is 503 while new
     /// connections are still accepted and served: the time the endpoints
     /// controller and the API server need to stop sending here.
@@ -118,6 +122,13 @@ struct CertReload {
     loaded: PemFiles,
 }
 
+/// The client CA bundle and what was last loaded from it.
+struct ClientCaReload {
+    file: ClientCaFile,
+    target: Arc<SwappableClientVerifier>,
+    loaded: Vec<u8>,
+}
+
 /// Cluster mode: the ConfigMap to watch, and the client to watch it with.
 struct ConfigMapWatch {
     client: kube::Client,
@@ -132,6 +143,7 @@ pub struct Server {
     admin_listener: TcpListener,
     acceptor: TlsAcceptor,
     cert_reload: Option<CertReload>,
+    client_ca_reload: Option<ClientCaReload>,
     configmap_watch: Option<ConfigMapWatch>,
     registration: Option<(kube::Client, Registration)>,
     managed_certs: Option<(kube::Client, ca::ManagedCerts, Arc<SwappableCert>, crate::certs::Stored)>,
@@ -219,7 +231,18 @@ impl Server {
                 (SwappableCert::new(key), None)
             }
         };
-        let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
+        let client_ca_reload = match &config.client_ca_file {
+            Some(path) => {
+                let file = ClientCaFile { path: path.clone() };
+                let (target, loaded) = file.load()?;
+                Some(ClientCaReload { file, target, loaded })
+            }
+            None => None,
+        };
+        let clients = client_ca_reload
+            .as_ref()
+            .map(|reload| reload.target.clone() as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+        let acceptor = TlsAcceptor::from(Arc::new(tls::server_config_verifying_clients(resolver, clients)?));
 
         let listen = |addr| accept::listen(addr).map_err(|source| ServerError::Bind { addr, source });
         let tls_listener = listen(config.listen)?;
@@ -231,6 +254,7 @@ impl Server {
             admin_listener,
             acceptor,
             cert_reload,
+            client_ca_reload,
             configmap_watch,
             registration,
             managed_certs,
@@ -265,13 +289,18 @@ impl Server {
             admin_listener,
             acceptor,
             cert_reload,
+            client_ca_reload,
             configmap_watch,
             registration,
             managed_certs,
             client,
         } = self;
+        let callers = match &config.client_ca_file {
+            Some(path) => format!("authenticated: a client certificate from a CA in {}", path.display()),
+            None => "unauthenticated: no client certificate asked for (--client-ca-file)".to_owned(),
+        };
         tracing::info!(tls = %tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "statusguard serving");
+            admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), %callers, "statusguard serving");
 
         let mut background = tokio::task::JoinSet::new();
         if let Some(CertReload { files, target, loaded }) = cert_reload {
@@ -279,6 +308,10 @@ impl Server {
             background.spawn(files.watch(target, loaded, config.tls_reload_interval, move |r| {
                 metrics.tls_reload(r.is_ok())
             }));
+        }
+        if let Some(ClientCaReload { file, target, loaded }) = client_ca_reload {
+            // Reported in the log only: the reload metric counts serving certificates.
+            background.spawn(file.watch(target, loaded, config.tls_reload_interval, |_| {}));
         }
         if let Some(ConfigMapWatch { client, configmap }) = configmap_watch {
             background.spawn(watch::watch_configmap(client, configmap, app.clone()));

@@ -1,6 +1,7 @@
 //! A real kube-apiserver and etcd on loopback, like controller-runtime's envtest.
 //!
-//! One control plane per test binary ([`Cluster::shared`]), started on first
+//! One control plane per test binary ([`Cluster::shared`], or
+//! [`Cluster::shared_with`] for a kube-apiserver with more flags), started on first
 //! use from the binaries that `tests/cluster/build.sh` builds (or
 //! `STATUSGUARD_TEST_ASSETS`). Every process runs under a small shell guard
 //! that holds a pipe from this test process: when the test binary exits for
@@ -188,16 +189,28 @@ pub fn kubeconfig(url: &str, ca_pem: &str, user: &str) -> String {
     )
 }
 
+/// What a test binary adds to its kube-apiserver: called with the control
+/// plane's folder (removed with it) before kube-apiserver starts, it writes
+/// the files it needs there and returns the extra arguments.
+pub type ApiServerSetup = fn(&Path) -> Result<Vec<String>, String>;
+
 impl Cluster {
     /// The control plane of this test binary, started on first use.
     /// Panics with a clear message when it cannot start: a test that needs
     /// it never skips silently.
     pub fn shared() -> &'static Cluster {
+        Self::shared_with(|_| Ok(Vec::new()))
+    }
+
+    /// [`shared`](Self::shared), its kube-apiserver started with what `setup`
+    /// adds. The first call of the binary starts it: every test of a binary
+    /// passes the same `setup` (or calls `shared`, for none).
+    pub fn shared_with(setup: ApiServerSetup) -> &'static Cluster {
         static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
         // Started on a thread of its own: the readiness poll runs its own
         // runtime, which cannot nest inside the calling test's runtime.
         let start = || {
-            std::thread::spawn(Cluster::start)
+            std::thread::spawn(move || Cluster::start(setup))
                 .join()
                 .unwrap_or_else(|_| Err("the start-up thread panicked".into()))
         };
@@ -209,17 +222,17 @@ impl Cluster {
 
     /// Starts a control plane, trying new ports when one chosen was taken
     /// before the process could bind it.
-    fn start() -> Result<Cluster, String> {
+    fn start(setup: ApiServerSetup) -> Result<Cluster, String> {
         let mut attempt = 1;
         loop {
-            match Self::start_once() {
+            match Self::start_once(setup) {
                 Err(e) if e.contains("address already in use") && attempt < 3 => attempt += 1,
                 result => return result,
             }
         }
     }
 
-    fn start_once() -> Result<Cluster, String> {
+    fn start_once(setup: ApiServerSetup) -> Result<Cluster, String> {
         let assets = assets()?;
         let dir = tempfile::Builder::new()
             .prefix("statusguard-cluster-")
@@ -256,7 +269,7 @@ impl Cluster {
         let etcd = guarded(&assets.join("etcd"), &etcd_args, &dir.join("etcd.log"), &dir)?;
 
         let url = format!("https://127.0.0.1:{api_port}");
-        let apiserver_args: Vec<String> = vec![
+        let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers={etcd_url}"),
             format!("--secure-port={api_port}"),
             "--bind-address=127.0.0.1".into(),
@@ -278,6 +291,7 @@ impl Cluster {
             // a real cluster takes, through the Service's endpoints.
             "--enable-aggregator-routing=true".into(),
         ];
+        apiserver_args.extend(setup(&dir)?);
         let apiserver = guarded(
             &assets.join("kube-apiserver"),
             &apiserver_args,

@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod cluster;
 pub mod legacy;
+pub mod mtls;
 pub mod scenario;
 pub mod wait;
 pub mod webhook;

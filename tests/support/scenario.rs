@@ -30,7 +30,11 @@ pub struct Scenario {
 
 impl Scenario {
     pub async fn new(test: &str) -> Self {
-        let cluster = Cluster::shared();
+        Self::on(Cluster::shared(), test).await
+    }
+
+    /// [`new`](Self::new) on `cluster`, e.g. one of [`Cluster::shared_with`].
+    pub async fn on(cluster: &'static Cluster, test: &str) -> Self {
         let admin = cluster.admin().await;
         cluster::install_widget_crd(&admin).await;
         cluster::namespace(&admin, "platform", json!({})).await;

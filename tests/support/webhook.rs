@@ -34,6 +34,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         write_ca: None,
         tls_sans: vec![],
         limits: Default::default(),
+        client_ca_file: None,
         shutdown_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         registration: None,
