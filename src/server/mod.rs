@@ -155,11 +155,12 @@ impl Server {
     /// Loads TLS and (for a local source) the rules, and binds both ports.
     pub async fn bind(config: ServeConfig) -> Result<Self, ServerError> {
         config.limits.check()?;
-        let app = App::new(
-            Arc::new(Metrics::default()),
-            config.limits.clone(),
-            config.observe.clone(),
-        );
+        // What /observed counts can be forged unless callers are authenticated.
+        let observe = observer::ObserveConfig {
+            authenticated_callers: config.client_ca_file.is_some(),
+            ..config.observe.clone()
+        };
+        let app = App::new(Arc::new(Metrics::default()), config.limits.clone(), observe);
 
         let needs_client = matches!(config.rules, RulesSource::ConfigMap(_))
             || config.registration.is_some()
