@@ -251,6 +251,8 @@ pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWr
     let Some(resource) = rules.resource(&write.facts.group, &write.facts.resource) else {
         return Ok(None);
     };
+    // As a decision's: the values of one write are bounded in memory.
+    let _budget = crate::value_budget::ValueBudget::enter(crate::value_budget::REVIEW_VALUE_BUDGET);
     let changed = changed_items(resource, write.old_status.as_deref(), write.new_status.as_deref())?;
     Ok(Some(ObservedWrite {
         facts: write.facts,
@@ -290,7 +292,10 @@ fn changed_items(
         if before.map(|r| r.get()) == after.map(|r| r.get()) {
             continue;
         }
-        let parse = |raw: Option<&&RawValue>| raw.map(|r| serde_json::from_str::<Value>(r.get())).transpose();
+        let parse = |raw: Option<&&RawValue>| {
+            raw.map(|r| crate::value_budget::build(&mut serde_json::Deserializer::from_str(r.get())))
+                .transpose()
+        };
         let (before, after) = (parse(before)?, parse(after)?);
         if same_value(before.as_ref(), after.as_ref()) {
             continue;

@@ -2,7 +2,7 @@
 //! record, reply. The decision itself is [`crate::decision::decide`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -90,43 +90,52 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         }
     };
     admission.keep_only(body.len());
-    let started = Instant::now();
-    let rules = app.rules.current();
-    let Some(answer) = decide(&app, rules.clone(), body.clone(), endpoint).await else {
+    let Some((answer, elapsed)) = decide(&app, body, endpoint).await else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };
-    let elapsed = started.elapsed();
     record(&app, endpoint, &answer, elapsed);
-    if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
-        observe(&app, endpoint, &body, rules, decision);
-    }
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
 }
 
-/// Answers the body: a small review on this async worker, a large one on a
-/// blocking thread, at most [`Limits::decision_threads`](crate::server::limits::Limits)
-/// at a time, so that no review holds up the async workers (and with them
-/// `/healthz` and every other review). `None` only if the blocking thread
-/// panicked (a bug; the request gets 503 and the server goes on).
-async fn decide(app: &App, rules: Option<Arc<Ownership>>, body: Bytes, endpoint: Endpoint) -> Option<Answer> {
+/// Answers the body and offers it to the observer: a small review on this
+/// async worker, a large one on a blocking thread, at most
+/// [`Limits::decision_threads`](crate::server::limits::Limits) at a time, so
+/// that no review holds up the async workers (and with them `/healthz` and
+/// every other review). `None` only if the blocking thread panicked (a bug;
+/// the request gets 503 and the server goes on).
+async fn decide(app: &Arc<App>, body: Bytes, endpoint: Endpoint) -> Option<(Answer, Duration)> {
     if body.len() <= INLINE_DECISION_BYTES {
-        return Some(answer(rules.as_deref(), &body, endpoint));
+        return Some(answer_and_offer(app, &body, endpoint));
     }
     // Waiting here ends with the request if its caller goes away.
     let thread = app.budget.decision_thread().await?;
+    let app = app.clone();
     let decided = tokio::task::spawn_blocking(move || {
-        let answer = answer(rules.as_deref(), &body, endpoint);
+        let answered = answer_and_offer(&app, &body, endpoint);
         drop(thread);
-        answer
+        answered
     });
     match decided.await {
-        Ok(answer) => Some(answer),
+        Ok(answered) => Some(answered),
         Err(e) => {
             tracing::error!(error = %e, "a decision thread failed");
             None
         }
     }
+}
+
+/// The answer under the rules in force, and how long it took; a decided
+/// status write is then offered to the observer.
+fn answer_and_offer(app: &App, body: &Bytes, endpoint: Endpoint) -> (Answer, Duration) {
+    let started = Instant::now();
+    let rules = app.rules.current();
+    let answer = answer(rules.as_deref(), body, endpoint);
+    let elapsed = started.elapsed();
+    if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
+        observe(app, endpoint, body, rules, decision);
+    }
+    (answer, elapsed)
 }
 
 /// Offers a status write of a guarded resource to the observer, once per
@@ -145,7 +154,7 @@ fn observe(app: &App, endpoint: Endpoint, body: &Bytes, rules: Arc<Ownership>, d
 
 /// Metrics for every answer, a log line for every denial, trim, warning
 /// and error; nothing from the object itself beyond its name.
-fn record(app: &App, endpoint: Endpoint, answer: &Answer, elapsed: std::time::Duration) {
+fn record(app: &App, endpoint: Endpoint, answer: &Answer, elapsed: Duration) {
     let span = tracing::Span::current();
     if let Some(request) = &answer.request {
         span.record("uid", request.uid.as_str());
