@@ -689,6 +689,44 @@ fn cert_manager_mode_issues_from_a_ca() {
     }
 }
 
+/// The bounds on what a caller can make a pod hold, passed as flags; by
+/// default below the pod's memory limit.
+#[test]
+fn the_limits_render_as_flags() {
+    let args = container_args(&template(&ownership()).unwrap(), "Deployment");
+    for expected in [
+        "--max-body-bytes=8388608",
+        "--max-inflight-bytes=33554432",
+        "--max-inflight-requests=256",
+        "--max-connections=512",
+        "--header-read-timeout=10s",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} not in {args:?}");
+    }
+    let values = format!(
+        "{}limits: {{maxBodyBytes: 16777216, maxInflightBytes: 67108864, maxInflightRequests: 64, maxConnections: 128, headerReadTimeout: 5s}}\n",
+        ownership()
+    );
+    let args = container_args(&template(&values).unwrap(), "Deployment");
+    for expected in [
+        "--max-body-bytes=16777216",
+        "--max-inflight-bytes=67108864",
+        "--max-inflight-requests=64",
+        "--max-connections=128",
+        "--header-read-timeout=5s",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} not in {args:?}");
+    }
+    for bad in [
+        "limits: {maxConnections: 0}\n",
+        "limits: {headerReadTimeout: soon}\n",
+        "limits: {maxBodies: 1}\n",
+    ] {
+        let err = template(&format!("{}{bad}", ownership())).unwrap_err();
+        assert!(err.contains("limits"), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn invalid_values_fail_with_a_clear_message() {
     let cases = [
