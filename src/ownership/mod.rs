@@ -14,8 +14,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
-pub(crate) use path::PathTree;
 pub use path::{FieldPath, Parents, PathError, condition_type, drop_iteratively, same_value};
+pub(crate) use path::{PathTree, write_canonical};
 
 /// The `apiVersion` of the ownership document.
 pub const API_VERSION: &str = "statusguard.dev/v1alpha1";
