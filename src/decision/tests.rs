@@ -982,3 +982,141 @@ fn ten_thousand_reordered_condition_items_are_decided_at_once() {
         start.elapsed()
     );
 }
+
+// ---- member order ---------------------------------------------------------
+
+/// JSON text of `value` with each object's members ordered by the next of
+/// `ranks` (cycled), so that a property test can write any order.
+fn in_order_of(value: &Value, ranks: &[u32]) -> Vec<u8> {
+    fn write(value: &Value, ranks: &mut impl Iterator<Item = u32>, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut members: Vec<(u32, &String, &Value)> = map
+                    .iter()
+                    .map(|(k, v)| (ranks.next().unwrap_or_default(), k, v))
+                    .collect();
+                members.sort_by_key(|(rank, _, _)| *rank);
+                out.push('{');
+                for (i, (_, key, value)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&json!(key).to_string());
+                    out.push(':');
+                    write(value, ranks, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, ranks, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut ranks.iter().copied().cycle(), &mut out);
+    out.into_bytes()
+}
+
+/// What one pass and two passes answer to `body`, in every mode and on
+/// both endpoints, after checking that they answer alike.
+fn both_paths(body: &[u8]) -> Vec<String> {
+    let mut answers = Vec::new();
+    for mode in ["enforce", "trim", "audit"] {
+        let rules = rules(mode);
+        for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+            let two_passes = parse_request(body).map(|request| {
+                let decided = decide(&rules, &request, endpoint);
+                (request, decided)
+            });
+            let one_pass = answered(read_and_decide(&rules, body, endpoint));
+            assert_eq!(
+                one_pass,
+                answered(two_passes),
+                "{mode} {endpoint:?}: {}",
+                String::from_utf8_lossy(body)
+            );
+            answers.push(one_pass);
+        }
+    }
+    answers
+}
+
+#[test]
+fn an_object_before_user_info_is_decided_as_in_the_api_servers_order() {
+    // Issue 22: `object` before `userInfo`, `oldObject` after it. The single
+    // pass read `object` before it could plan, projected only `oldObject`,
+    // and denied a write that changes nothing with 400 "a status UPDATE
+    // review must carry object".
+    let (old, _) = stale();
+    let review = review(SCALER, old.clone(), old);
+    let request = &review["request"];
+    let mut members: Vec<String> = [
+        "uid",
+        "kind",
+        "resource",
+        "subResource",
+        "operation",
+        "object",
+        "userInfo",
+        "oldObject",
+    ]
+    .iter()
+    .map(|key| format!("{}:{}", json!(key), request[key]))
+    .collect();
+    let body = |members: &[String]| {
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#,
+            members.join(",")
+        )
+        .into_bytes()
+    };
+    let rules = rules("enforce");
+    for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+        let (_, decided) = read_and_decide(&rules, &body(&members), endpoint).unwrap();
+        assert_eq!(decided.unwrap().outcome, Outcome::Allowed, "{endpoint:?}");
+    }
+    let expected = both_paths(&in_api_server_order(&review));
+    assert_eq!(both_paths(&body(&members)), expected);
+    // `object` before the resource or the operation too.
+    members.swap(2, 5);
+    assert_eq!(both_paths(&body(&members)), expected);
+    members.swap(2, 5);
+    members.swap(4, 5);
+    assert_eq!(both_paths(&body(&members)), expected);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Issue 22: in any order of the envelope's, the request's, the
+    /// objects' and the statuses' members, one pass answers what two
+    /// passes answer, and what the API server's order gets.
+    #[test]
+    fn every_member_order_gets_the_answer_of_the_api_servers_order(
+        old in status(), new in status(), writer in writer(),
+        unchanged in any::<bool>(),
+        sub in prop::sample::select(vec![Some("status"), Some("status"), None]),
+        objects in prop::sample::select(vec!["both", "both", "no object", "null old", "no status"]),
+        ranks in prop::collection::vec(any::<u32>(), 1..64),
+    ) {
+        let new = if unchanged { old.clone() } else { new };
+        let mut r = review_with(writer, vec![], "UPDATE", sub, "widgets", old, new);
+        let request = r["request"].as_object_mut().unwrap();
+        match objects {
+            "no object" => { request.remove("object"); }
+            "null old" => { request.insert("oldObject".into(), Value::Null); }
+            "no status" => { request["object"].as_object_mut().unwrap().remove("status"); }
+            _ => {}
+        }
+        let expected = both_paths(&in_api_server_order(&r));
+        prop_assert_eq!(both_paths(&in_order_of(&r, &ranks)), expected);
+    }
+}
