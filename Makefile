@@ -1,7 +1,7 @@
 # The everyday commands. `make help` lists them.
 .PHONY: help run fmt lint deny test test-one bench fuzz fuzz-short image ci
 
-FUZZ_TARGETS := review_decide ownership_document trim_patch merge_patch
+FUZZ_TARGETS := review_decide review_member_order ownership_document trim_patch merge_patch
 FUZZ_SECONDS ?= 600
 
 help: ## this list

@@ -181,12 +181,16 @@ pub(crate) struct ProjectedStatuses {
 /// will not read the objects (then they are skipped unread).
 ///
 /// This is the fast path of [`parse_request`] followed by
-/// `project_status`. It gives up (`None`) wherever the two could differ or
-/// where it cannot do the work alone: a body that is not a well-formed
-/// review, a head member written after an object (the API server writes
-/// them first), a duplicate member, or a read value deeper than the bounded
-/// parse. The caller then takes the two-pass path, which answers every one
-/// of those cases.
+/// `project_status`, and answers alike in every member order. The plan is
+/// made at the first object that follows the head (where the API server
+/// writes it); an object read before that is kept as text, as
+/// [`parse_request`] keeps it, and projected at the end once the plan is
+/// known. It gives up (`None`) wherever the two could differ or where it
+/// cannot do the work alone: a body that is not a well-formed review, a
+/// head member written after the plan was made from the head (it could
+/// change the plan), a duplicate member, or a read value deeper than the
+/// bounded parse. The caller then takes the two-pass path, which answers
+/// every one of those cases.
 pub(crate) fn parse_request_projecting<'b, 't>(
     body: &'b [u8],
     plan: impl Fn(RequestHead<'_>) -> Option<&'t PathTree>,
@@ -358,21 +362,21 @@ impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> Visitor<'de> for R
         else {
             return Ok(None);
         };
-        let view = |read: ObjectRead<'de>, projected: &mut Option<Option<Value>>| match read {
-            ObjectRead::Unseen => None,
-            ObjectRead::Raw(view) => view,
-            ObjectRead::Projected(status) => {
-                let present = status.is_some().then_some(ObjectView { status: None });
-                *projected = status;
-                present
-            }
-        };
+        // The paths the plan reads: an object read raw before the plan was
+        // made (a member order other than the API server's) is projected on
+        // them now, so that one pass answers what two passes answer in every
+        // order. A status too deep for the bounded parse is left to them.
+        let paths = planned.flatten();
         let mut projected = ProjectedStatuses::default();
-        let object = view(object, &mut projected.new);
-        let old_object = view(old_object, &mut projected.old);
+        let (Ok(object), Ok(old_object)) = (
+            settle(object, paths, &mut projected.new),
+            settle(old_object, paths, &mut projected.old),
+        ) else {
+            return Ok(None);
+        };
         // Projected statuses only where the plan read them; an object the
         // plan never reached (absent) is absent in them too.
-        let statuses = matches!(planned, Some(Some(_))).then_some(projected);
+        let statuses = paths.is_some().then_some(projected);
         let request = ReviewRequest {
             uid,
             _kind: IgnoredAny,
@@ -388,6 +392,32 @@ impl<'de, 't, P: Fn(RequestHead<'_>) -> Option<&'t PathTree>> Visitor<'de> for R
         };
         Ok(Some((request, statuses)))
     }
+}
+
+/// An object as the single pass leaves it, with its status projected on
+/// `paths` (when the plan reads objects) into `projected`.
+fn settle<'b>(
+    read: ObjectRead<'b>,
+    paths: Option<&PathTree>,
+    projected: &mut Option<Option<Value>>,
+) -> Result<Option<ObjectView<'b>>, ProjectError> {
+    Ok(match read {
+        ObjectRead::Unseen => None,
+        ObjectRead::Raw(view) => {
+            if let (Some(paths), Some(ObjectView { status })) = (paths, view) {
+                *projected = Some(match status {
+                    Some(raw) => project_status(raw, paths, Depth::Bounded)?,
+                    None => None,
+                });
+            }
+            view
+        }
+        ObjectRead::Projected(status) => {
+            let present = status.is_some().then_some(ObjectView { status: None });
+            *projected = status;
+            present
+        }
+    })
 }
 
 /// An object (or `null`) whose status is projected on `paths`; every other

@@ -5,6 +5,7 @@
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use serde_json::{Map, Value, json};
+use statusguard::decision::{Decision, DecisionError};
 use statusguard::ownership::Ownership;
 
 /// The shared fixture of the tests, in `mode`.
@@ -100,4 +101,17 @@ pub fn review(writer: &str, old: &Value, new: &Value) -> Value {
         "subResource": "status", "name": "w", "namespace": "ns", "operation": "UPDATE",
         "userInfo": {"username": writer, "groups": ["system:authenticated"]},
         "object": object(new), "oldObject": object(old)}})
+}
+
+/// A decision's outcome, violations and response, comparable (the audit
+/// annotations are a hash map, so the response is compared as a value).
+pub fn summary(decided: std::result::Result<Decision, DecisionError>) -> String {
+    match decided {
+        Ok(mut decision) => {
+            let body = statusguard::review::encode_response(&mut decision.response).expect("encodable");
+            let sent: Value = serde_json::from_slice(&body).expect("JSON");
+            format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
+        }
+        Err(e) => format!("not decided: {e}"),
+    }
 }

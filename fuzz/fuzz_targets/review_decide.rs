@@ -8,7 +8,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use statusguard::decision::{Decision, DecisionError, Endpoint, decide, read_and_decide};
+use statusguard::decision::{Endpoint, decide, read_and_decide};
 use statusguard::pipeline::answer;
 use std::sync::LazyLock;
 
@@ -19,8 +19,8 @@ fuzz_target!(|body: &[u8]| {
     for rules in RULES.iter() {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let answer = answer(Some(rules), body, endpoint);
-            let one_pass = read_and_decide(rules, body, endpoint).map(|(_, decided)| summary(decided));
-            let two_passes = statusguard::review::parse_request(body).map(|request| summary(decide(rules, &request, endpoint)));
+            let one_pass = read_and_decide(rules, body, endpoint).map(|(_, decided)| common::summary(decided));
+            let two_passes = statusguard::review::parse_request(body).map(|request| common::summary(decide(rules, &request, endpoint)));
             match (one_pass, two_passes) {
                 (Ok(one), Ok(two)) => assert_eq!(one, two, "one pass and two passes answer alike"),
                 (one, two) => assert_eq!(one.is_ok(), two.is_ok(), "one pass and two passes read alike"),
@@ -36,16 +36,3 @@ fuzz_target!(|body: &[u8]| {
         }
     }
 });
-
-/// A decision's outcome, violations and response, comparable (the audit
-/// annotations are a hash map, so the response is compared as a value).
-fn summary(decided: Result<Decision, DecisionError>) -> String {
-    match decided {
-        Ok(mut decision) => {
-            let body = statusguard::review::encode_response(&mut decision.response).expect("encodable");
-            let sent: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
-            format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
-        }
-        Err(e) => format!("not decided: {e}"),
-    }
-}

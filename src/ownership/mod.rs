@@ -14,8 +14,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
-pub(crate) use path::PathTree;
 pub use path::{FieldPath, Parents, PathError, condition_type, drop_iteratively, same_value};
+pub(crate) use path::{PathTree, write_canonical};
 
 /// The `apiVersion` of the ownership document.
 pub const API_VERSION: &str = "statusguard.dev/v1alpha1";
@@ -336,12 +336,26 @@ fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     let mut first_seen: HashMap<(String, String), usize> = HashMap::new();
     for (i, r) in doc.resources.into_iter().enumerate() {
         let at = format!("resources[{i}] ({}/{})", r.group, r.resource);
+        // A name the API server could never send (`*` above all) would
+        // register a webhook that matches everything and enforce nothing.
+        if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
+            problems.push(format!(
+                "{at}: group {:?} must be \"\" (the core group) or an API group, a DNS-1123 subdomain such as \
+                 example.com (lower case letters, digits, '-' and '.'); wildcards are not allowed",
+                r.group
+            ));
+        }
         if r.resource.is_empty() {
             problems.push(format!("{at}: resource must name the plural resource"));
-        }
-        if r.resource.contains('/') {
+        } else if r.resource.contains('/') {
             problems.push(format!(
                 "{at}: resource is the plural name only; statusguard always guards its /status"
+            ));
+        } else if !is_resource_name(&r.resource) {
+            problems.push(format!(
+                "{at}: resource {:?} must be a plural resource name, a DNS-1123 label such as widgets (lower case \
+                 letters, digits and '-', at most 63 characters); wildcards are not allowed",
+                r.resource
             ));
         }
         match first_seen.entry((r.group.clone(), r.resource.clone())) {
@@ -563,6 +577,12 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 /// A namespace name: a DNS-1123 label (no dots, at most 63 characters).
 fn is_namespace_name(s: &str) -> bool {
+    is_dns_label(s, 63)
+}
+
+/// A plural resource name: a DNS-1123 label, as the API server's resource
+/// names and CRDs' plurals are.
+fn is_resource_name(s: &str) -> bool {
     is_dns_label(s, 63)
 }
 

@@ -268,6 +268,84 @@ pub fn same_value(a: Option<&Value>, b: Option<&Value>) -> bool {
     true
 }
 
+/// Appends to `out` the canonical form of `value`: two values are
+/// [`same_value`] exactly when their canonical forms are the same bytes.
+/// Comparing lists of values as multisets is then a sort of their forms,
+/// `n log n` in the list and linear in its bytes, where comparing item
+/// against item would be quadratic.
+///
+/// The form keeps `same_value`'s rules: an object's `null` members are left
+/// out (absent and `null` are the same) and the others written in key order
+/// (member order never matters); a list keeps its order and its `null`
+/// items; a number keeps its kind (an unsigned or a negative integer, or a
+/// float, `-0.0` written as `0.0` since the two are equal), as serde_json
+/// compares numbers: `1` is not `1.0`. Every string and container carries
+/// its length, so that no form is the start of another. Iterative, like
+/// `same_value`.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    enum Next<'v> {
+        Value(&'v Value),
+        Key(&'v str),
+    }
+    fn length(out: &mut Vec<u8>, n: usize) {
+        out.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    let mut pending = vec![Next::Value(value)];
+    while let Some(next) = pending.pop() {
+        let value = match next {
+            Next::Key(key) => {
+                length(out, key.len());
+                out.extend_from_slice(key.as_bytes());
+                continue;
+            }
+            Next::Value(value) => value,
+        };
+        match value {
+            Value::Null => out.push(b'n'),
+            Value::Bool(b) => out.push(if *b { b't' } else { b'f' }),
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    out.push(b'u');
+                    out.extend_from_slice(&u.to_be_bytes());
+                } else if let Some(i) = n.as_i64() {
+                    out.push(b'i');
+                    out.extend_from_slice(&i.to_be_bytes());
+                } else {
+                    let f = n.as_f64().unwrap_or_default();
+                    let f = if f == 0.0 { 0.0 } else { f };
+                    out.push(b'd');
+                    out.extend_from_slice(&f.to_bits().to_be_bytes());
+                }
+            }
+            Value::String(s) => {
+                out.push(b's');
+                length(out, s.len());
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                length(out, items.len());
+                pending.extend(items.iter().rev().map(Next::Value));
+            }
+            Value::Object(map) => {
+                let mut members: Vec<(&str, &Value)> = map
+                    .iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.as_str(), v))
+                    .collect();
+                // Already in key order unless serde_json keeps insertion order.
+                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                length(out, members.len());
+                for (key, value) in members.into_iter().rev() {
+                    pending.push(Next::Value(value));
+                    pending.push(Next::Key(key));
+                }
+            }
+        }
+    }
+}
+
 /// Drops a value without recursion: serde_json's own `Drop` recurses once
 /// per level, and a value may be nested as deep as the API server allows.
 pub fn drop_iteratively(value: Value) {
@@ -371,6 +449,87 @@ mod tests {
         assert!(same(json!([{"a": null}]), json!([{}])));
         assert!(!same(json!(1), json!(1.0)));
         assert!(!same(json!([1, 2]), json!([2, 1])));
+    }
+
+    fn canonical(value: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_canonical(value, &mut out);
+        out
+    }
+
+    #[test]
+    fn canonical_forms_are_the_same_exactly_where_values_are() {
+        let same = |a: Value, b: Value| canonical(&a) == canonical(&b);
+        assert!(same(json!({"a": null, "b": {"c": null}}), json!({"b": {}})));
+        assert!(!same(json!({"b": {}}), json!({})));
+        assert!(!same(json!([null]), json!([])));
+        assert!(!same(json!(null), json!({})));
+        assert!(same(json!(-0.0), json!(0.0)));
+        assert!(!same(json!(0), json!(0.0)));
+        assert!(!same(json!(1), json!(1.0)));
+        assert!(!same(json!(u64::MAX), json!(u64::MAX as f64)));
+        assert!(!same(json!(-1), json!(-1.0)));
+        assert!(!same(json!({"ab": "c"}), json!({"a": "bc"})));
+        assert!(!same(json!(["ab", "c"]), json!(["a", "bc"])));
+        assert!(!same(json!([[1], []]), json!([[], [1]])));
+        // The number rules are serde_json's without `arbitrary_precision`,
+        // where "1.0" and "1.00" are the same number: a build that turned
+        // that feature on must revisit `write_canonical`.
+        let parsed = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        assert_eq!(parsed("1.0"), parsed("1.00"));
+        assert!(same(parsed("1.0"), parsed("1.00")));
+        assert!(same(parsed("-0"), parsed("0.0")));
+    }
+
+    /// `value` with a `null` member added to every object at every depth.
+    fn with_null_members(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut out: Map<String, Value> = map.iter().map(|(k, v)| (k.clone(), with_null_members(v))).collect();
+                out.insert("zz".to_owned(), Value::Null);
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(with_null_members).collect()),
+            other => other.clone(),
+        }
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            prop::sample::select(vec![
+                json!(0),
+                json!(1),
+                json!(-1),
+                json!(0.0),
+                json!(-0.0),
+                json!(1.0),
+                json!(u64::MAX)
+            ]),
+            "[ab]{0,2}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                prop::collection::btree_map("[ab]{1,2}", inner.clone(), 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                prop::collection::vec(inner, 0..3).prop_map(Value::Array),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn canonical_forms_agree_with_same_value(a in json_value(), b in json_value()) {
+            proptest::prop_assert_eq!(canonical(&a) == canonical(&b), same_value(Some(&a), Some(&b)));
+            // And the equal pairs, which two random values seldom are.
+            let nulled = with_null_members(&a);
+            proptest::prop_assert!(same_value(Some(&a), Some(&nulled)));
+            proptest::prop_assert_eq!(canonical(&a), canonical(&nulled));
+        }
     }
 
     #[test]

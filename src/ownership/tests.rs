@@ -311,6 +311,67 @@ fn every_broken_rule_is_reported_with_its_location() {
 }
 
 #[test]
+fn group_and_resource_must_be_names_the_api_server_can_send() {
+    // (group, resource, what the one problem says)
+    let refused = [
+        ("\"*\"", "widgets", "group \"*\" must be"),
+        ("\"*.example.com\"", "widgets", "group \"*.example.com\" must be"),
+        ("Example.com", "widgets", "group \"Example.com\" must be"),
+        ("example..com", "widgets", "group \"example..com\" must be"),
+        ("-example.com", "widgets", "group \"-example.com\" must be"),
+        ("example.com", "\"*\"", "resource \"*\" must be a plural resource name"),
+        (
+            "example.com",
+            "Widgets",
+            "resource \"Widgets\" must be a plural resource name",
+        ),
+        (
+            "example.com",
+            "wid.gets",
+            "resource \"wid.gets\" must be a plural resource name",
+        ),
+        (
+            "example.com",
+            "wid_gets",
+            "resource \"wid_gets\" must be a plural resource name",
+        ),
+        ("example.com", "widgets/status", "resource is the plural name only"),
+        ("example.com", "\"\"", "resource must name the plural resource"),
+        ("\"\"", "\"*\"", "resource \"*\" must be a plural resource name"),
+    ];
+    for (group, resource, expected) in refused {
+        let found = problems(&doc(&format!("  - {{group: {group}, resource: {resource}}}\n")));
+        assert_eq!(found.len(), 1, "{group}/{resource}: {found:#?}");
+        assert!(
+            found[0].starts_with("resources[0] (") && found[0].contains(expected),
+            "{group}/{resource}: expected {expected:?} in {found:#?}"
+        );
+    }
+    let long = "x".repeat(64);
+    let found = problems(&doc(&format!("  - {{group: a, resource: {long}}}\n")));
+    assert!(found[0].contains("at most 63 characters"), "{found:#?}");
+    // Both wrong: both named, each where it is.
+    let found = problems(&doc(
+        "  - {group: a, resource: x}\n  - {group: \"*\", resource: \"*\"}\n",
+    ));
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found.iter().all(|p| p.starts_with("resources[1] (*/*): ")),
+        "{found:#?}"
+    );
+    for (group, resource) in [
+        ("\"\"", "configmaps"),
+        ("example.com", "widgets"),
+        ("apps", "deployments"),
+        ("cluster.x-k8s.io", "machinedeployments"),
+        ("a1-b.example", "x1-y"),
+    ] {
+        let text = doc(&format!("  - {{group: {group}, resource: {resource}}}\n"));
+        assert!(Ownership::from_yaml(&text).is_ok(), "{group}/{resource}");
+    }
+}
+
+#[test]
 fn all_errors_are_reported_not_just_the_first() {
     let text = "apiVersion: v1\nkind: Nope\nresources:\n  - group: a\n    resource: x\n    writers:\n      - {user: u, fields: [a..b, conditions]}\n      - {user: v}\n      - {user: v}\n";
     assert_eq!(problems(text).len(), 5, "{:#?}", problems(text));

@@ -1,0 +1,156 @@
+//! A status UPDATE review with the members of the envelope, the request,
+//! its objects and their statuses written in any order: reading and
+//! deciding in one pass answers what parsing and then deciding answers, and
+//! what the same review gets in the API server's order (where the single
+//! pass reads the body once).
+#![no_main]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use serde_json::{Value, json};
+use statusguard::decision::{Endpoint, decide, read_and_decide};
+use std::sync::LazyLock;
+
+static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
+    LazyLock::new(|| [common::rules("enforce"), common::rules("trim"), common::rules("audit")]);
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = Unstructured::new(data);
+    let Ok(review) = review(&mut u) else { return };
+    let api_server_order = write(&review, &mut |members| {
+        members.sort_by_key(|(key, _)| api_server_rank(key))
+    });
+    let shuffled = write(&review, &mut |members| shuffle(&mut u, members));
+    for rules in RULES.iter() {
+        for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+            let mut answers = Vec::new();
+            for body in [&api_server_order, &shuffled] {
+                let one_pass = read_and_decide(rules, body, endpoint)
+                    .map(|(request, decided)| format!("{}: {}", request.uid, common::summary(decided)));
+                let two_passes = statusguard::review::parse_request(body).map(|request| {
+                    format!(
+                        "{}: {}",
+                        request.uid,
+                        common::summary(decide(rules, &request, endpoint))
+                    )
+                });
+                let text = String::from_utf8_lossy(body);
+                match (one_pass, two_passes) {
+                    (Ok(one), Ok(two)) => {
+                        assert_eq!(one, two, "one pass and two passes answer alike:\n{text}");
+                        answers.push(one);
+                    }
+                    (one, two) => panic!("every order of a review is read: {one:?} {two:?}\n{text}"),
+                }
+            }
+            assert_eq!(answers[0], answers[1], "the member order changes nothing");
+        }
+    }
+});
+
+/// A review of a Widget (or, now and then, of something the rules do not
+/// read), with the head members varied.
+fn review(u: &mut Unstructured<'_>) -> Result<Value> {
+    let writer = common::WRITERS[u.int_in_range(0..=common::WRITERS.len() - 1)?];
+    let old = common::status(u)?;
+    // A write that changes nothing is the common case, and the one that
+    // member order once broke.
+    let new = if u.arbitrary()? {
+        old.clone()
+    } else {
+        common::status(u)?
+    };
+    let mut review = common::review(writer, &old, &new);
+    let request = &mut review["request"];
+    match u.int_in_range(0..=9)? {
+        0 => request["operation"] = json!("CREATE"),
+        1 => request["subResource"] = Value::Null,
+        2 => {
+            request.as_object_mut().map(|r| r.remove("subResource"));
+        }
+        3 => request["resource"]["resource"] = json!("others"),
+        4 => request["oldObject"] = Value::Null,
+        5 => {
+            request.as_object_mut().map(|r| r.remove("object"));
+        }
+        6 => {
+            request["object"].as_object_mut().map(|o| o.remove("status"));
+        }
+        7 => request["dryRun"] = json!(true),
+        _ => {}
+    }
+    Ok(review)
+}
+
+/// Where the API server writes a member: the envelope's and the request's
+/// in the order of Go's structs (the request's head before its objects),
+/// any other after them in key order.
+fn api_server_rank(key: &str) -> (usize, String) {
+    const ORDER: [&str; 13] = [
+        "apiVersion",
+        "kind",
+        "request",
+        "uid",
+        "resource",
+        "subResource",
+        "name",
+        "namespace",
+        "operation",
+        "userInfo",
+        "object",
+        "oldObject",
+        "dryRun",
+    ];
+    (
+        ORDER.iter().position(|k| *k == key).unwrap_or(ORDER.len()),
+        key.to_owned(),
+    )
+}
+
+fn shuffle(u: &mut Unstructured<'_>, members: &mut [(&String, &Value)]) {
+    // Fisher-Yates; once the input runs out, the order is left as it is.
+    for i in (1..members.len()).rev() {
+        let j = u.int_in_range(0..=i).unwrap_or(i);
+        members.swap(i, j);
+    }
+}
+
+/// JSON text of `value` with each object's members in the order `order`
+/// leaves them.
+fn write(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)])) -> Vec<u8> {
+    fn write_into(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)]), out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                order(&mut members);
+                out.push('{');
+                for (i, (key, value)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(key.as_str()).to_string());
+                    out.push(':');
+                    write_into(value, order, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_into(item, order, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write_into(value, order, &mut out);
+    out.into_bytes()
+}
