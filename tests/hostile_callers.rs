@@ -138,7 +138,7 @@ async fn send_raw(port: u16, ca_pem: &str, body: Arc<Vec<u8>>, chunked: bool) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real_reviews_are_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let server = BinaryServer::start(&dir.path().to_owned(), &["--request-timeout", "10s"], &[]).await;
+    let server = BinaryServer::start(dir.path(), &["--request-timeout", "10s"], &[]).await;
     server.wait_ready().await;
     let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
     let pid = server.process.0.id();
@@ -248,7 +248,7 @@ async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_tls_connections_are_closed_within_the_header_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let server = BinaryServer::start(&dir.path().to_owned(), &["--header-read-timeout", "3s"], &[]).await;
+    let server = BinaryServer::start(dir.path(), &["--header-read-timeout", "3s"], &[]).await;
     server.wait_ready().await;
     let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
     let connector = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS);
