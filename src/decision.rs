@@ -181,7 +181,7 @@ pub enum DecisionError {
         depth: usize,
     },
     /// Its owned values would cost more memory to compare than a review is
-    /// given ([`REVIEW_VALUE_BUDGET`]): no status the API server can store
+    /// given (32 MiB of estimated values): no status the API server can store
     /// comes near it, only a forged review.
     #[error(
         "the owned values of {which} would need more than {} MiB to compare; statusguard gives one review that much",
