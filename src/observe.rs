@@ -21,6 +21,10 @@ use crate::decision::Item;
 use crate::ownership::{FieldPath, Ownership, ResourceRules, condition_type, same_value};
 use crate::review::is_status_update;
 
+/// What the values built from one observed write may cost (estimated, see
+/// `value_budget`): a quarter of a decision's.
+const OBSERVE_VALUE_BUDGET: usize = 8 * 1024 * 1024;
+
 /// The identity of writes beyond the record's cap.
 pub const OTHER_IDENTITY: &str = "(other)";
 /// The item of changes beyond an identity's cap.
@@ -251,8 +255,11 @@ pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWr
     let Some(resource) = rules.resource(&write.facts.group, &write.facts.resource) else {
         return Ok(None);
     };
-    // As a decision's: the values of one write are bounded in memory.
-    let _budget = crate::value_budget::ValueBudget::enter(crate::value_budget::REVIEW_VALUE_BUDGET);
+    // The values of one write are bounded in memory, more tightly than a
+    // decision's: the observer runs beside the decisions, and a write whose
+    // changed members are larger is skipped (counted "unreadable"), never
+    // decided on.
+    let _budget = crate::value_budget::ValueBudget::enter(OBSERVE_VALUE_BUDGET);
     let changed = changed_items(resource, write.old_status.as_deref(), write.new_status.as_deref())?;
     Ok(Some(ObservedWrite {
         facts: write.facts,
