@@ -17,9 +17,10 @@ const MIB: usize = 1024 * 1024;
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
 /// A stale write by the scaler of a Widget (the embedded rules' resource)
-/// whose `summary`, owned by the controller, holds `entries` small objects
-/// in each object, different in the two: a review that is read, projected,
-/// compared and denied whole.
+/// whose `summary`, owned by the controller, holds `entries` one-member
+/// objects in each object, different in the two: the costliest values JSON
+/// can make, read and projected until the review's value budget stops it
+/// (an in-band refusal).
 fn forged_review(entries: usize) -> Vec<u8> {
     let list = |tag: u8| {
         let mut text = String::with_capacity(entries * 12 + 2);

@@ -90,7 +90,7 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         }
     };
     admission.keep_only(body.len());
-    let Some((answer, elapsed)) = decide(&app, body, endpoint).await else {
+    let Some((answer, elapsed)) = answer_off_the_workers_if_large(&app, body, endpoint).await else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };
     record(&app, endpoint, &answer, elapsed);
@@ -104,7 +104,11 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
 /// that no review holds up the async workers (and with them `/healthz` and
 /// every other review). `None` only if the blocking thread panicked (a bug;
 /// the request gets 503 and the server goes on).
-async fn decide(app: &Arc<App>, body: Bytes, endpoint: Endpoint) -> Option<(Answer, Duration)> {
+async fn answer_off_the_workers_if_large(
+    app: &Arc<App>,
+    body: Bytes,
+    endpoint: Endpoint,
+) -> Option<(Answer, Duration)> {
     if body.len() <= INLINE_DECISION_BYTES {
         return Some(answer_and_offer(app, &body, endpoint));
     }

@@ -302,13 +302,13 @@ mod tests {
     #[tokio::test]
     async fn requests_past_the_count_wait_then_get_busy() {
         let budget = Budget::new(limits());
-        let held: Vec<_> = futures_held(&budget, 3).await;
+        let held: Vec<_> = admit_many(&budget, 3).await;
         assert_eq!(budget.admit(Some(1)).await.err(), Some(AdmitError::Busy));
         drop(held);
         assert!(budget.admit(Some(1)).await.is_ok());
     }
 
-    async fn futures_held(budget: &Budget, n: usize) -> Vec<Admission> {
+    async fn admit_many(budget: &Budget, n: usize) -> Vec<Admission> {
         let mut held = Vec::new();
         for _ in 0..n {
             held.push(budget.admit(Some(1)).await.unwrap());
