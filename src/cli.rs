@@ -423,6 +423,10 @@ impl ServeArgs {
             (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
             (None, None) => RulesSource::Embedded,
         };
+        let ownership_configmap = match &rules {
+            RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
+            _ => None,
+        };
         let tls_files = match (self.tls.tls_cert, self.tls.tls_key) {
             (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
             _ => None,
@@ -440,7 +444,7 @@ impl ServeArgs {
             shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
             managed_certs: managed_certs.clone(),
-            registration: self.webhooks.registration(managed_certs.is_some()),
+            registration: self.webhooks.registration(managed_certs.is_some(), ownership_configmap),
             observe: self.observe.config(),
         }
     }
@@ -469,8 +473,9 @@ impl ManagedCertArgs {
 impl WebhookArgs {
     /// The registration the flags ask for, if any. Without
     /// --webhook-ca-file, the caBundle is that of the certificates the
-    /// server keeps itself, if it does (`managed`).
-    pub fn registration(self, managed: bool) -> Option<Registration> {
+    /// server keeps itself, if it does (`managed`). With the rules in a
+    /// ConfigMap, that ConfigMap's writes are checked too.
+    pub fn registration(self, managed: bool, ownership_configmap: Option<ConfigMapRef>) -> Option<Registration> {
         let ca = match (self.webhook_ca_file, managed) {
             (Some(path), _) => CaSource::File(path),
             (None, true) => CaSource::Managed,
@@ -485,6 +490,7 @@ impl WebhookArgs {
             namespace_selector: self.webhook_namespace_selector,
             object_selector: self.webhook_object_selector,
             resync: self.webhook_resync,
+            ownership_configmap,
         })
     }
 }

@@ -56,10 +56,7 @@ use crate::rules::ConfigMapRef;
 
 /// The field manager of every write statusguard makes to its configurations.
 pub const FIELD_MANAGER: &str = "statusguard";
-/// The annotation on the ownership ConfigMap that stands every replica down:
-/// while it is `disabled`, no server applies its webhook configurations
-/// (set by `statusguard unregister`; the chart renders it `enabled`).
-pub const REGISTRATION_ANNOTATION: &str = "statusguard.dev/registration";
+pub use crate::rules::state::REGISTRATION_ANNOTATION;
 /// The group of every node's kubelet, never sent to the webhook.
 pub const NODES_GROUP: &str = "system:nodes";
 
@@ -155,6 +152,10 @@ pub struct Registration {
     /// How often the configurations are applied again even when nothing
     /// changed (repairs a hand edit or deletion).
     pub resync: Duration,
+    /// Cluster mode: the ownership ConfigMap, whose writes get a webhook of
+    /// their own that refuses an invalid document
+    /// ([`crate::rules::admission`]).
+    pub ownership_configmap: Option<ConfigMapRef>,
 }
 
 /// Why the configurations could not be made or written.
@@ -383,6 +384,12 @@ pub fn desired(
         .into_iter()
         .chain(groups(registration, rules, "audit", &[Mode::Audit]))
         .map(|(group, resources)| hook(&group, rules_for(resources.into_iter(), resolved), "validate"))
+        .chain(
+            registration
+                .ownership_configmap
+                .as_ref()
+                .map(|configmap| ownership_hook(registration, configmap, ca_bundle)),
+        )
         .collect();
     let mutating = groups(registration, rules, "mutate", &[Mode::Trim])
         .into_iter()
@@ -397,6 +404,46 @@ pub fn desired(
             metadata,
             webhooks: Some(mutating),
         },
+    }
+}
+
+/// The webhook on writes of the ownership ConfigMap itself: `Ignore`, so
+/// that a fix is never blocked while the server is down; only that one
+/// object (its namespace by the label every namespace has, its name by a
+/// match condition), and never the kubelets' or the exempt writers'.
+fn ownership_hook(
+    registration: &Registration,
+    configmap: &ConfigMapRef,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhook {
+    let path = crate::rules::admission::PATH.trim_start_matches('/');
+    ValidatingWebhook {
+        name: webhook_name("ownership", registration),
+        client_config: registration.target.client_config(path, ca_bundle),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![String::new()]),
+            api_versions: Some(vec!["v1".to_owned()]),
+            resources: Some(vec!["configmaps".to_owned()]),
+            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
+            scope: Some("Namespaced".to_owned()),
+        }]),
+        failure_policy: Some(FailurePolicy::Ignore.to_string()),
+        match_policy: Some("Equivalent".to_owned()),
+        match_conditions: Some(vec![MatchCondition {
+            name: "the-ownership-configmap".to_owned(),
+            expression: format!("object.metadata.name == {}", cel_string(&configmap.name)),
+        }]),
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_owned(),
+                configmap.namespace.clone(),
+            )])),
+            ..Default::default()
+        }),
+        object_selector: None,
+        side_effects: "None".to_owned(),
+        admission_review_versions: vec!["v1".to_owned()],
+        timeout_seconds: Some(5),
     }
 }
 

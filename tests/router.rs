@@ -113,7 +113,7 @@ async fn readiness_follows_the_rules_and_the_shutdown() {
 async fn without_rules_a_review_gets_503_for_the_failure_policy() {
     let app = app(1024 * 1024, Duration::from_secs(1));
     let body = review_text(SCALER, &[], "{}", "{}");
-    let (status, _, text) = call(admission::router(app), Method::POST, "/validate", body).await;
+    let (status, _, text) = call(admission::router(app, None), Method::POST, "/validate", body).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
 }
 
@@ -121,7 +121,7 @@ async fn without_rules_a_review_gets_503_for_the_failure_policy() {
 async fn methods_paths_and_limits() {
     let app = app(1024, Duration::from_secs(1));
     app.rules.replace(RulesSource::Embedded.load_local().unwrap());
-    let router = || admission::router(app.clone());
+    let router = || admission::router(app.clone(), None);
     assert_eq!(
         call(router(), Method::GET, "/validate", Body::empty()).await.0,
         StatusCode::METHOD_NOT_ALLOWED
@@ -143,7 +143,7 @@ async fn methods_paths_and_limits() {
 /// decided, as deep as the API server stores (10,000 levels).
 #[tokio::test]
 async fn a_deeply_nested_status_is_decided_for_every_writer() {
-    let router = || admission::router(app_with_rules());
+    let router = || admission::router(app_with_rules(), None);
     let deep = nested(10_000, "1");
     let deeper = nested(10_000, "2");
     let with = |blob: &str, generation: u32, summary: &str| {
@@ -183,7 +183,7 @@ async fn a_deeply_nested_status_is_decided_for_every_writer() {
 
 #[tokio::test]
 async fn nesting_beyond_what_the_api_server_stores_is_denied_in_the_review() {
-    let router = admission::router(app_with_rules());
+    let router = admission::router(app_with_rules(), None);
     let far = nested(20_000, "1");
     let body = review_text(SCALER, &[], &format!(r#"{{"summary":{far}}}"#), r#"{"summary":1}"#);
     let response = review(router, "/validate", body).await;

@@ -6,8 +6,16 @@
 //! or [`source::from_configmap`], which end in the one parser
 //! [`source::parse_document`]: `serve`, `check`, `review` and the library
 //! read a source the same way.
+//!
+//! In cluster mode the last valid document also outlives the process
+//! ([`state`]), and writes of the ConfigMap are checked at the door
+//! ([`admission`]).
 
+#[cfg(feature = "server")]
+pub mod admission;
 pub mod source;
+#[cfg(feature = "client")]
+pub mod state;
 #[cfg(feature = "server")]
 pub mod store;
 

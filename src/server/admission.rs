@@ -16,15 +16,26 @@ use tracing::field::Empty;
 use crate::decision::{Decision, Endpoint, Outcome};
 use crate::ownership::{Mode, Ownership};
 use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
+use crate::rules::{self, ConfigMapRef};
 use crate::server::app::App;
 use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
 
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).
-pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+/// With `ownership` (cluster mode) also the check of that ConfigMap's
+/// writes, [`rules::admission::PATH`].
+pub fn router(app: Arc<App>, ownership: Option<ConfigMapRef>) -> Router {
+    let mut router = Router::new()
         .route("/validate", post(|State(app), req| admit(app, Endpoint::Validate, req)))
-        .route("/mutate", post(|State(app), req| admit(app, Endpoint::Mutate, req)))
+        .route("/mutate", post(|State(app), req| admit(app, Endpoint::Mutate, req)));
+    if let Some(origin) = ownership {
+        let origin = Arc::new(origin);
+        router = router.route(
+            rules::admission::PATH,
+            post(move |State(app), req| admit_ownership_document(app, origin, req)),
+        );
+    }
+    router
         .layer(middleware::from_fn_with_state(app.clone(), close_when_draining))
         .with_state(app)
 }
@@ -48,17 +59,9 @@ async fn close_when_draining(State(app): State<Arc<App>>, request: Request, next
     response
 }
 
-fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{reason}\n"),
-    )
-        .into_response()
-}
-
-#[tracing::instrument(name = "review", skip_all, fields(endpoint = endpoint.as_str(), uid = Empty, writer = Empty, decision = Empty))]
-async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
+/// Reserves and reads the body of a review, within the limits every
+/// request has; `Err` is the answer when it cannot be read.
+async fn admitted_body(app: &App, request: Request) -> Result<(Bytes, crate::server::limits::Admission), Response> {
     let content_length = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -74,10 +77,10 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
             };
             app.metrics.refused_before_reading(status.as_u16());
             tracing::warn!(status = status.as_u16(), reason = %e, "request refused before it was read");
-            return plain(status, e);
+            return Err(plain(status, e));
         }
     };
-    let body = match read_body(&app, request.into_body()).await {
+    let body = match read_body(app, request.into_body()).await {
         Ok(body) => body,
         Err((status, reason)) => {
             // A client that went away mid-body hears nothing: not worth a warning.
@@ -86,10 +89,60 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
             } else {
                 tracing::warn!(status = status.as_u16(), %reason, "request refused before it was read");
             }
-            return plain(status, reason);
+            return Err(plain(status, reason));
         }
     };
     admission.keep_only(body.len());
+    Ok((body, admission))
+}
+
+/// A write of the ownership ConfigMap: parsed on a decision thread (a
+/// document is YAML, and a forged one may be large), answered in-band.
+#[tracing::instrument(name = "ownership_review", skip_all)]
+async fn admit_ownership_document(app: Arc<App>, origin: Arc<ConfigMapRef>, request: Request) -> Response {
+    let (body, admission) = match admitted_body(&app, request).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let Some(thread) = app.budget.decision_thread().await else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
+    };
+    let answered = tokio::task::spawn_blocking(move || {
+        let answered = rules::admission::review(&body, &origin).map(|review| serde_json::to_vec(&review));
+        drop(thread);
+        answered
+    })
+    .await;
+    drop(admission);
+    match answered {
+        Ok(Ok(Ok(json))) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Ok(Err(e)) => plain(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
+        Ok(Ok(Err(e))) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot write the answer: {e}"),
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "a decision thread failed");
+            plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided")
+        }
+    }
+}
+
+fn plain(status: StatusCode, reason: impl std::fmt::Display) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{reason}\n"),
+    )
+        .into_response()
+}
+
+#[tracing::instrument(name = "review", skip_all, fields(endpoint = endpoint.as_str(), uid = Empty, writer = Empty, decision = Empty))]
+async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
+    let (body, _admission) = match admitted_body(&app, request).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
     let Some((answer, elapsed)) = answer_off_the_workers_if_large(&app, body, endpoint).await else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };

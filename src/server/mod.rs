@@ -344,10 +344,15 @@ impl Server {
                 }
             }
         };
+        // The ownership ConfigMap's own check, where there is one to check.
+        let door = match &config.rules {
+            RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
+            _ => None,
+        };
         let open = accept::serve_tls(
             tls_listener,
             acceptor,
-            admission::router(app.clone()),
+            admission::router(app.clone(), door),
             limits,
             stop_accepting,
         )

@@ -101,7 +101,7 @@ async fn sync(
     let metrics = &app.metrics;
     if !app.registration_enabled() {
         if *reported != Reported::StoodDown {
-            tracing::warn!(name = %registration.name, "the ownership ConfigMap stands the servers down (statusguard unregister): the webhook configurations are not applied");
+            tracing::warn!(name = %registration.name, "statusguard.dev/registration: disabled, on the ownership ConfigMap or its state ConfigMap, stands the servers down (statusguard unregister, or the runbook): the webhook configurations are not applied");
             metrics.webhook_sync("stood_down", None);
         }
         *applied = None;

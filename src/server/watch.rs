@@ -6,9 +6,15 @@
 //! schema errors, overlapping owners, a missing key, a deleted ConfigMap)
 //! leaves the last good rules in force and is reported: a warning log, the
 //! `rules_stale` gauge and `config_reloads_total`, and a Warning Event on the
-//! ConfigMap (reason `InvalidOwnership`). Its annotation
-//! `statusguard.dev/registration: disabled` stands the webhook registration
-//! down (see [`crate::webhooks`]).
+//! ConfigMap (reason `InvalidOwnership`).
+//!
+//! Every valid document is also kept in the state ConfigMap
+//! ([`crate::rules::state`]), and a server that starts while the ConfigMap
+//! is invalid or absent enforces the kept one: a restart does not turn a
+//! tolerated state into a lockout. The annotation
+//! `statusguard.dev/registration: disabled`, on either ConfigMap, stands the
+//! webhook registration down (see [`crate::webhooks`]); on the state
+//! ConfigMap, which no GitOps tool renders, a re-sync cannot undo it.
 
 use std::sync::Arc;
 
@@ -20,9 +26,9 @@ use kube::runtime::watcher::watch_object;
 use kube::{Api, Client, Resource as _};
 
 use crate::ownership::CONFIGMAP_KEY;
+use crate::rules::state::{self, registration_disabled};
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
 use crate::server::app::App;
-use crate::webhooks::REGISTRATION_ANNOTATION;
 
 /// An Event note holds at most 1 kB.
 const EVENT_NOTE_BYTES: usize = 1000;
@@ -52,58 +58,135 @@ enum Seen {
     Document(Option<String>),
 }
 
-/// Watches the ConfigMap until the process ends. Watch errors (the API
-/// server restarting, a 410 Gone) are retried with backoff; the rules in
-/// force never lapse meanwhile.
+/// One change of either watched object.
+enum Change {
+    Ownership(Result<Option<ConfigMap>, kube::runtime::watcher::Error>),
+    State(Result<Option<ConfigMap>, kube::runtime::watcher::Error>),
+}
+
+/// Watches the ConfigMap (and its state ConfigMap) until the process ends.
+/// Watch errors (the API server restarting, a 410 Gone) are retried with
+/// backoff; the rules in force never lapse meanwhile.
 pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<App>) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
     let reporter = Reporter {
         controller: "statusguard".into(),
         instance: std::env::var("POD_NAME").ok(),
     };
+    let state_configmap = state::state_configmap(&configmap);
     let mut state = WatchState {
         configmap,
+        state_configmap,
+        client: client.clone(),
         app,
         recorder: Recorder::new(client, reporter),
         seen: Seen::Nothing,
+        kept: None,
+        enforcing_kept: false,
+        disabled_by: Disabled::default(),
     };
-    tracing::info!(configmap = %state.configmap, "watching the ownership ConfigMap");
-    let mut updates = watch_object(api, &state.configmap.name).default_backoff().boxed();
+    state.start_from_kept().await;
+    tracing::info!(configmap = %state.configmap, state = %state.state_configmap, "watching the ownership ConfigMap");
+    let ownership = watch_object(api.clone(), &state.configmap.name)
+        .default_backoff()
+        .map(Change::Ownership);
+    let kept = watch_object(api, &state.state_configmap.name)
+        .default_backoff()
+        .map(Change::State);
+    let mut updates = futures::stream::select(ownership, kept).boxed();
     while let Some(update) = updates.next().await {
         match update {
-            Ok(Some(object)) => state.apply(&object).await,
-            Ok(None) => state.gone().await,
-            Err(e) => {
+            Change::Ownership(Ok(Some(object))) => state.apply(&object).await,
+            Change::Ownership(Ok(None)) => state.gone().await,
+            Change::State(Ok(object)) => {
+                state.disabled_by.state = object.as_ref().is_some_and(registration_disabled);
+                state.follow_switch();
+            }
+            Change::Ownership(Err(e)) | Change::State(Err(e)) => {
                 tracing::warn!(configmap = %state.configmap, error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
             }
         }
     }
 }
 
+/// Which of the two ConfigMaps stands the registration down.
+#[derive(Debug, Default)]
+struct Disabled {
+    ownership: bool,
+    state: bool,
+}
+
 struct WatchState {
     configmap: ConfigMapRef,
+    state_configmap: ConfigMapRef,
+    client: Client,
     app: Arc<App>,
     recorder: Recorder,
     seen: Seen,
+    /// The document text the state ConfigMap holds, as far as this server knows.
+    kept: Option<String>,
+    /// The rules in force came from the state ConfigMap, not (yet) from the
+    /// ownership ConfigMap.
+    enforcing_kept: bool,
+    disabled_by: Disabled,
 }
 
 impl WatchState {
-    fn in_force(&self) -> &'static str {
-        if self.app.rules.current().is_some() {
-            "the last good rules stay in force"
-        } else {
-            "no rules are in force: not ready"
+    fn in_force(&self) -> String {
+        match (self.app.rules.current().is_some(), self.enforcing_kept) {
+            (true, true) => format!(
+                "the last valid document, kept in ConfigMap {}, stays in force",
+                self.state_configmap
+            ),
+            (true, false) => "the last good rules stay in force".to_owned(),
+            (false, _) => "no rules are in force: not ready".to_owned(),
         }
     }
 
+    /// At start, before the ownership ConfigMap is read: the kept document,
+    /// if there is a valid one, is in force (and the server ready) until
+    /// the ConfigMap delivers a valid document of its own.
+    async fn start_from_kept(&mut self) {
+        let object = match state::read(&self.client, &self.state_configmap).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(state = %self.state_configmap, error = %e, "cannot read the kept ownership document; starting without it");
+                return;
+            }
+        };
+        self.disabled_by.state = registration_disabled(&object);
+        self.follow_switch();
+        match state::kept_document(&object, &self.state_configmap) {
+            Ok(Some(kept)) => {
+                let summary = kept.rules.summary();
+                let generation = self.app.rules.replace(kept.rules);
+                self.app.rules.waiting(format!(
+                    "enforcing the last valid document, kept in ConfigMap {} (from resourceVersion {}), until ConfigMap {} holds a valid one",
+                    self.state_configmap,
+                    kept.from_resource_version.as_deref().unwrap_or("unknown"),
+                    self.configmap
+                ));
+                tracing::info!(state = %self.state_configmap, generation, %summary, "enforcing the kept ownership document until the ConfigMap is read");
+                self.kept = Some(kept.text);
+                self.enforcing_kept = true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(state = %self.state_configmap, problems = ?e.problems(), "the kept ownership document does not load; starting without it")
+            }
+        }
+    }
+
+    /// Registration is on unless either ConfigMap stands it down.
+    fn follow_switch(&self) {
+        self.app
+            .set_registration_enabled(!self.disabled_by.ownership && !self.disabled_by.state);
+    }
+
     async fn apply(&mut self, object: &ConfigMap) {
-        let registration = object
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REGISTRATION_ANNOTATION))
-            .map(String::as_str);
-        self.app.set_registration_enabled(registration != Some("disabled"));
+        self.disabled_by.ownership = registration_disabled(object);
+        self.follow_switch();
         let seen = Seen::Document(object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned());
         if self.seen == seen {
             return;
@@ -113,9 +196,34 @@ impl WatchState {
             Ok(rules) => {
                 let summary = rules.summary();
                 let generation = self.app.rules.replace(rules);
+                self.enforcing_kept = false;
                 tracing::info!(configmap = %self.configmap, generation, %summary, "ownership rules loaded");
+                self.keep(object).await;
             }
             Err(e) => self.invalid(object, &e).await,
+        }
+    }
+
+    /// Keeps the document `object` holds (valid: it just loaded) in the
+    /// state ConfigMap, unless that already holds it.
+    async fn keep(&mut self, object: &ConfigMap) {
+        let Some(text) = object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) else {
+            return;
+        };
+        if self.kept.as_ref() == Some(text) {
+            return;
+        }
+        let version = object.metadata.resource_version.as_deref();
+        match state::keep(&self.client, &self.state_configmap, text, version).await {
+            Ok(()) => {
+                tracing::info!(state = %self.state_configmap, from_resource_version = version.unwrap_or_default(), "kept the ownership document for restarts");
+                self.kept = Some(text.clone());
+            }
+            // Tried again with the next valid document; meanwhile a restart
+            // finds the previous one.
+            Err(e) => {
+                tracing::warn!(state = %self.state_configmap, error = %e, "cannot keep the ownership document for restarts")
+            }
         }
     }
 
@@ -131,15 +239,22 @@ impl WatchState {
                 problems.join("; ")
             ),
         );
-        let note = event_note(format!("{in_force}: {}", problems.join("; ")));
+        self.publish_invalid(format!("{in_force}: {}", problems.join("; ")), &object.object_ref(&()))
+            .await;
+    }
+
+    /// The `InvalidOwnership` Warning Event, on the ownership ConfigMap
+    /// (which `kubectl describe` shows, or, when it is gone, `kubectl get
+    /// events --field-selector involvedObject.name=NAME` still finds).
+    async fn publish_invalid(&self, note: String, regarding: &k8s_openapi::api::core::v1::ObjectReference) {
         let event = Event {
             type_: EventType::Warning,
             reason: "InvalidOwnership".into(),
-            note: Some(note),
+            note: Some(event_note(note)),
             action: "LoadOwnership".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(configmap = %self.configmap, error = %e, "cannot publish the InvalidOwnership event");
         }
     }
@@ -158,5 +273,18 @@ impl WatchState {
                 self.configmap
             ),
         );
+        // Only where rules are in force: a first install before its
+        // ConfigMap exists is not worth a warning.
+        if self.app.rules.current().is_some() {
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("ConfigMap".to_owned()),
+                namespace: Some(self.configmap.namespace.clone()),
+                name: Some(self.configmap.name.clone()),
+                ..Default::default()
+            };
+            self.publish_invalid(format!("the ConfigMap is absent; {in_force}"), &regarding)
+                .await;
+        }
     }
 }

@@ -11,6 +11,7 @@ fn registration() -> Registration {
         namespace_selector: None,
         object_selector: None,
         resync: Duration::from_secs(60),
+        ownership_configmap: None,
     }
 }
 
@@ -133,6 +134,44 @@ fn the_selectors_reach_every_webhook() {
     }
     let mutate = &configurations.mutating.webhooks.unwrap()[0];
     assert_eq!(mutate.object_selector.as_ref(), Some(&selector));
+}
+
+#[test]
+fn the_ownership_configmap_is_checked_at_the_door_and_never_blocked() {
+    let configmap: ConfigMapRef = "ops/o'wnership".parse().unwrap();
+    let with_door = Registration {
+        ownership_configmap: Some(configmap),
+        ..registration()
+    };
+    let hooks = desired(&with_door, &rules(MIXED), &unresolved(), None)
+        .validating
+        .webhooks
+        .unwrap();
+    let door = hooks
+        .iter()
+        .find(|h| h.name == "ownership.statusguard.statusguard.dev")
+        .expect("the ConfigMap's own webhook");
+    assert_eq!(
+        json_of(door),
+        json!({
+            "name": "ownership.statusguard.statusguard.dev",
+            "clientConfig": {"service": {"namespace": "statusguard", "name": "statusguard",
+                                          "path": "/validate-ownership", "port": 443}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+                       "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
+            "failurePolicy": "Ignore",
+            "matchPolicy": "Equivalent",
+            "matchConditions": [{"name": "the-ownership-configmap",
+                                 "expression": r#"object.metadata.name == "o'wnership""#}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        })
+    );
+    // The status webhooks are as without it.
+    let without = desired(&registration(), &rules(MIXED), &unresolved(), None);
+    assert_eq!(hooks.len(), without.validating.webhooks.unwrap().len() + 1);
 }
 
 #[test]

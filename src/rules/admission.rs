@@ -1,0 +1,140 @@
+//! The ownership ConfigMap, checked at the door: in cluster mode the server
+//! registers a webhook of its own on CREATE and UPDATE of that one
+//! ConfigMap, so that `kubectl apply` of an invalid document fails at once
+//! and lists every problem, instead of being tolerated (and reported) after
+//! it is stored.
+//!
+//! That webhook has `failurePolicy: Ignore`: a fix must never be blocked
+//! while the server is down. What gets past it unchecked is still handled
+//! as before: the last valid document stays in force.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+
+use crate::ownership::CONFIGMAP_KEY;
+use crate::rules::source::{ConfigMapRef, LoadError, from_configmap};
+
+/// The path of the check on the TLS port.
+pub const PATH: &str = "/validate-ownership";
+
+/// The answer to an AdmissionReview of the ownership ConfigMap `origin`:
+/// allowed when the document it would store is valid, else denied with 422
+/// and every problem. Only a body that is no AdmissionReview at all is an
+/// error (the caller answers 400): a review is always answered in-band.
+pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionReview<DynamicObject>, serde_json::Error> {
+    let review: AdmissionReview<ConfigMap> = serde_json::from_slice(body)?;
+    let request: AdmissionRequest<ConfigMap> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return Ok(AdmissionResponse::invalid(e).into_review()),
+    };
+    let response = AdmissionResponse::from(&request);
+    let Some(configmap) = &request.object else {
+        // A DELETE: nothing to store, nothing to check.
+        return Ok(response.into_review());
+    };
+    let response = match problems(configmap, origin) {
+        None => response,
+        Some(problems) => {
+            let mut denied = response.deny(format!(
+                "ConfigMap {origin} would hold an invalid ownership document, which statusguard would not enforce: {}",
+                problems.join("; ")
+            ));
+            denied.result.code = 422;
+            denied.result.reason = "Invalid".to_owned();
+            denied
+        }
+    };
+    Ok(response.into_review())
+}
+
+/// Every problem of the document `configmap` holds, if it is not valid.
+fn problems(configmap: &ConfigMap, origin: &ConfigMapRef) -> Option<Vec<String>> {
+    match from_configmap(configmap, origin) {
+        Ok(_) => None,
+        Err(LoadError::MissingKey { .. }) => Some(vec![format!("it has no key {CONFIGMAP_KEY:?}")]),
+        Err(e) => Some(e.problems()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::rules::source::EMBEDDED_OWNERSHIP;
+
+    fn review_of(document: Option<&str>) -> Vec<u8> {
+        let data = match document {
+            Some(text) => json!({CONFIGMAP_KEY: text}),
+            None => json!({"other": "x"}),
+        };
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "ownership", "namespace": "ops",
+                "operation": "UPDATE",
+                "userInfo": {"username": "someone"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "ownership", "namespace": "ops"}, "data": data},
+            }
+        }))
+        .unwrap()
+    }
+
+    fn answer(body: &[u8]) -> Value {
+        let origin: ConfigMapRef = "ops/ownership".parse().unwrap();
+        serde_json::to_value(review(body, &origin).unwrap()).unwrap()["response"].clone()
+    }
+
+    #[test]
+    fn a_valid_document_is_allowed() {
+        let response = answer(&review_of(Some(EMBEDDED_OWNERSHIP)));
+        assert_eq!(response["allowed"], true, "{response}");
+        assert_eq!(response["uid"], "u-1");
+    }
+
+    #[test]
+    fn an_invalid_document_is_refused_with_every_problem() {
+        let both = EMBEDDED_OWNERSHIP
+            .replace(
+                "fields: [replicas, scale.lastScaleTime]",
+                "fields: [replicas, observedGeneration]",
+            )
+            .replace("conditions: [Scaled]", "conditions: [Ready]");
+        let response = answer(&review_of(Some(&both)));
+        assert_eq!(response["allowed"], false, "{response}");
+        assert_eq!(response["status"]["code"], 422);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("observedGeneration"), "{message}");
+        assert!(message.contains("Ready"), "{message}");
+        assert!(message.starts_with("ConfigMap ops/ownership would hold"), "{message}");
+    }
+
+    #[test]
+    fn a_configmap_without_the_key_is_refused() {
+        let response = answer(&review_of(None));
+        assert_eq!(response["allowed"], false);
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no key \"ownership.yaml\""),
+            "{response}"
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_no_review_is_an_error_and_a_review_without_request_is_answered() {
+        let origin: ConfigMapRef = "ops/ownership".parse().unwrap();
+        assert!(review(b"{", &origin).is_err());
+        let empty =
+            serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).unwrap();
+        let answered = serde_json::to_value(review(&empty, &origin).unwrap()).unwrap();
+        assert_eq!(answered["response"]["allowed"], false, "{answered}");
+    }
+}
