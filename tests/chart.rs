@@ -82,7 +82,7 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
         (
             "existing Secret",
             format!(
-                "{}certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n",
+                "{}certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: {CA_BUNDLE_BASE64}}}\n",
                 ownership()
             ),
             with(&[]),
@@ -115,8 +115,45 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
             with(&["Secret"]),
             never(&[]),
         ),
+        (
+            // The dashboard in the release namespace: the API server test
+            // applies every object there.
+            "every knob of issue 23",
+            format!(
+                "{}{}",
+                ownership(),
+                every_knob().replace("    namespace: monitoring\n", "")
+            ),
+            [
+                "ConfigMap",
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Deployment",
+                "Service",
+                "PodDisruptionBudget",
+                "Job",
+                "ValidatingWebhookConfiguration",
+                "MutatingWebhookConfiguration",
+                "NetworkPolicy",
+                "PodMonitor",
+                "PrometheusRule",
+            ]
+            .to_vec(),
+            never(&["ServiceAccount", "ServiceMonitor"]),
+        ),
     ]
 }
+
+/// The values file that sets every knob of issue 23 (chart-testing's ci/ folder).
+fn every_knob() -> String {
+    std::fs::read_to_string(chart().join("ci/every-knob-values.yaml")).unwrap()
+}
+
+/// A CA bundle for existingSecret mode, as PEM and as base64 of it.
+const CA_BUNDLE_PEM: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
+const CA_BUNDLE_BASE64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBQUEKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQ==";
 
 /// `webhook.clientAuth` from a ConfigMap, and the `helm test` pod's certificate.
 const CLIENT_AUTH: &str = "webhook: {clientAuth: {enabled: true, caConfigMap: apiserver-webhook-client-ca}}\ntests: {clientCertSecret: probe-client}\n";
@@ -124,7 +161,7 @@ const CLIENT_AUTH: &str = "webhook: {clientAuth: {enabled: true, caConfigMap: ap
 #[test]
 fn helm_lint_strict_passes() {
     let home = tempfile::tempdir().unwrap();
-    for values in [String::new(), ownership()] {
+    for values in [String::new(), ownership(), format!("{}{}", ownership(), every_knob())] {
         let file = home.path().join("values.yaml");
         std::fs::write(&file, values).unwrap();
         let output = helm(home.path())
@@ -192,7 +229,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     );
     // A URL target and an existing Secret's CA, mounted from a ConfigMap of the chart's.
     let values = format!(
-        "{}webhook: {{url: \"https://127.0.0.1:9443\", failurePolicy: Ignore}}\ncertificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: Zm9v}}\n",
+        "{}webhook: {{url: \"https://127.0.0.1:9443\", failurePolicy: Ignore}}\ncertificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: {CA_BUNDLE_BASE64}}}\n",
         ownership()
     );
     let manifests = template(&values).unwrap();
@@ -208,7 +245,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         .into_iter()
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "sg-statusguard-ca")
         .expect("the CA ConfigMap");
-    assert_eq!(ca["data"]["ca.crt"].as_str().unwrap().trim(), "foo");
+    assert_eq!(ca["data"]["ca.crt"].as_str().unwrap().trim(), CA_BUNDLE_PEM);
 
     // The webhook configurations are rendered empty: Helm never writes
     // their webhooks, which the server applies from the live document.
@@ -342,7 +379,7 @@ fn an_empty_metrics_from_admits_nobody() {
 #[test]
 fn the_platform_knobs_render() {
     let values = format!(
-        "{}nameOverride: guard\nimage: {{digest: \"sha256:{}\"}}\ntopologySpreadConstraints:\n  - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}}\npodSecurityContext: {{runAsUser: null, runAsGroup: null}}\ncontainerSecurityContext: {{readOnlyRootFilesystem: false}}\nwebhook: {{objectSelector: {{matchLabels: {{guard: \"yes\"}}}}, annotations: {{admissions.enforcer/disabled: \"true\"}}, labels: {{team: platform}}}}\n",
+        "{}nameOverride: guard\npriorityClassName: system-cluster-critical\nimage: {{digest: \"sha256:{}\"}}\ntopologySpreadConstraints:\n  - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}}\npodSecurityContext: {{runAsUser: null, runAsGroup: null}}\ncontainerSecurityContext: {{readOnlyRootFilesystem: false}}\nwebhook: {{objectSelector: {{matchLabels: {{guard: \"yes\"}}}}, annotations: {{admissions.enforcer/disabled: \"true\"}}, labels: {{team: platform}}}}\n",
         ownership(),
         "a".repeat(64)
     );
@@ -837,12 +874,14 @@ fn invalid_values_fail_with_a_clear_message() {
 }
 
 /// CRDs of the optional integrations, so that the API server can accept
-/// their objects: prometheus-operator's ServiceMonitor and cert-manager's
+/// their objects: prometheus-operator's ServiceMonitor, PodMonitor and PrometheusRule and cert-manager's
 /// Issuer and Certificate (schemas kept open; the real ones are stricter).
 async fn integration_crds(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (group, kind, plural) in [
         ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        ("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+        ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
         ("cert-manager.io", "Issuer", "issuers"),
         ("cert-manager.io", "Certificate", "certificates"),
     ] {
@@ -1007,4 +1046,670 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
     )
     .await;
     let _ = server.process.0.kill();
+}
+
+// Issue 23, sections 5 to 7: what a GitOps sync, a long release name, a
+// switched mode or an operator's usual knobs did to the chart.
+
+/// The object of `kind` named `name` in the manifests.
+fn object(manifests: &str, kind: &str, name: &str) -> Value {
+    documents(manifests)
+        .into_iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The pod spec of the first object of `kind` (Deployment, Job, Pod).
+fn pod_spec(manifests: &str, kind: &str) -> Value {
+    let docs = documents(manifests);
+    let object = docs
+        .iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"));
+    match kind {
+        "Pod" => object["spec"].clone(),
+        _ => object["spec"]["template"]["spec"].clone(),
+    }
+}
+
+/// system-cluster-critical is admitted only in kube-system unless a
+/// ResourceQuota allows it (GKE refuses it): by default no pod of the chart
+/// names a priority class; one of yours reaches the server and the hook.
+#[test]
+fn no_priority_class_unless_one_is_set() {
+    let defaults = template(&ownership()).unwrap();
+    for kind in ["Deployment", "Job", "Pod"] {
+        let pod = pod_spec(&defaults, kind);
+        assert!(pod.get("priorityClassName").is_none(), "{kind}: {pod}");
+    }
+    let set = template(&format!("{}priorityClassName: platform-critical\n", ownership())).unwrap();
+    for kind in ["Deployment", "Job"] {
+        assert_eq!(pod_spec(&set, kind)["priorityClassName"], "platform-critical", "{kind}");
+    }
+}
+
+/// Helm allows release names of 53 characters; every name the chart
+/// computes stays a DNS label (Services, Jobs and label values need one),
+/// and a long name is cut with a hash, so two never meet. Short names are
+/// unchanged (the other tests name them exactly).
+#[test]
+fn a_53_character_release_name_gives_names_of_63_characters_or_fewer() {
+    let release = format!("r{}", "x".repeat(52));
+    assert_eq!(release.len(), 53);
+    let namespace = format!("n{}", "y".repeat(62));
+    let modes = [
+        "certificates: {mode: server}\n",
+        "certificates: {mode: helm}\n",
+        "certificates: {mode: certManager}\n",
+        &format!("certificates: {{mode: existingSecret, existingSecret: my-tls, caBundle: {CA_BUNDLE_BASE64}}}\n"),
+    ];
+    for mode in modes {
+        let knobs = every_knob()
+            .replace("    namespace: monitoring\n", "")
+            .replace("serviceAccount:\n  create: false\n  name: platform-statusguard\n", "");
+        let values = format!("{}{knobs}{mode}", ownership());
+        let manifests = template_as(&release, &namespace, &values).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let docs = documents(&manifests);
+        let mut names = Vec::new();
+        for doc in &docs {
+            let kind = doc["kind"].as_str().unwrap();
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            assert!(name.len() <= 63, "{mode}: {kind} {name} has {} characters", name.len());
+            names.push(format!("{kind}/{name}"));
+            for labels in [
+                &doc["metadata"]["labels"],
+                &doc["spec"]["template"]["metadata"]["labels"],
+            ] {
+                for (key, value) in labels.as_object().into_iter().flatten() {
+                    let value = value.as_str().unwrap();
+                    assert!(value.len() <= 63, "{kind} {name}: label {key}={value}");
+                }
+            }
+            if kind == "Service" {
+                assert!(name.starts_with(|c: char| c.is_ascii_lowercase()), "{name}");
+            }
+        }
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "two objects share a name: {names:?}");
+        // What names an object and what refers to it still agree.
+        let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+        let webhooks = docs
+            .iter()
+            .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
+            .unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap();
+        let args = container_args(&manifests, "Deployment");
+        assert!(args.contains(&format!("--register-webhooks={webhooks}")), "{args:?}");
+        let configmap = args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("--configmap={namespace}/")))
+            .unwrap();
+        assert!(
+            docs.iter()
+                .any(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == configmap),
+            "{configmap}"
+        );
+        let hook_args = container_args(&manifests, "Job");
+        assert_eq!(hook_args[1], format!("--name={webhooks}"));
+        assert_eq!(hook_args[2], format!("--configmap={namespace}/{configmap}"));
+        let cluster_role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+        assert_eq!(cluster_role["rules"][0]["resourceNames"], json!([webhooks]));
+        assert!(job["metadata"]["name"].as_str().unwrap().len() <= 63);
+    }
+}
+
+/// A surge pod needs a node no replica holds when replicas must sit on
+/// distinct nodes (hostNetwork, a required anti-affinity): with as many
+/// usable nodes as replicas it never schedules and the rollout stalls. The
+/// chart then replaces one pod at a time; otherwise it surges first.
+#[test]
+fn the_update_strategy_never_waits_for_a_node_that_does_not_exist() {
+    let strategy = |values: &str| {
+        let docs = documents(&template(&format!("{}{values}", ownership())).unwrap());
+        docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["strategy"].clone()
+    };
+    let one_at_a_time = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}});
+    let surge_first = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+    assert_eq!(strategy(""), surge_first);
+    assert_eq!(strategy("hostNetwork: true\n"), one_at_a_time);
+    let required = "affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app.kubernetes.io/name: statusguard}}}]}}\n";
+    assert_eq!(strategy(required), one_at_a_time);
+    assert_eq!(
+        strategy("updateStrategy: {type: Recreate}\n"),
+        json!({"type": "Recreate"})
+    );
+    assert_eq!(
+        strategy("hostNetwork: true\nupdateStrategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 25%}}\n"),
+        json!({"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}})
+    );
+}
+
+/// A Secret's type cannot change, and Helm deletes what a mode no longer
+/// renders after the next mode wrote it: each mode reads a Secret of its
+/// own. Server mode keeps its historical name (an upgrade keeps its CA).
+#[test]
+fn every_certificate_mode_reads_a_secret_of_its_own() {
+    let mut seen = Vec::new();
+    for (mode, secret, kind) in [
+        ("server", "sg-statusguard-tls", Some("Opaque")),
+        ("helm", "sg-statusguard-helm-tls", Some("kubernetes.io/tls")),
+        ("certManager", "sg-statusguard-cert-manager-tls", None),
+    ] {
+        let manifests = template(&format!("{}certificates: {{mode: {mode}}}\n", ownership())).unwrap();
+        match kind {
+            Some(kind) => assert_eq!(object(&manifests, "Secret", secret)["type"], kind, "{mode}"),
+            None => assert_eq!(
+                object(&manifests, "Certificate", "sg-statusguard")["spec"]["secretName"],
+                secret
+            ),
+        }
+        let args = container_args(&manifests, "Deployment");
+        let pod = pod_spec(&manifests, "Deployment");
+        if mode == "server" {
+            assert!(args.contains(&format!("--manage-certificates={RELEASE_NAMESPACE}/{secret}")));
+            let role = documents(&manifests).into_iter().find(|d| d["kind"] == "Role").unwrap();
+            assert_eq!(role["rules"][1]["resourceNames"], json!([secret]));
+        } else {
+            assert_eq!(pod["volumes"][0]["secret"]["secretName"], secret, "{mode}");
+        }
+        seen.push(secret);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 3);
+}
+
+/// `--set webhook.excludeNamespaces={monitoring}` adds to the namespaces
+/// never guarded; kube-system and the release namespace stay.
+#[test]
+fn excluded_namespaces_of_yours_add_to_kube_system() {
+    let selector = |values: &str| {
+        let args = container_args(&template(values).unwrap(), "Deployment");
+        let selector = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--webhook-namespace-selector="))
+            .unwrap()
+            .to_owned();
+        serde_json::from_str::<Value>(&selector).unwrap()["matchExpressions"][0]["values"].clone()
+    };
+    assert_eq!(
+        selector("webhook: {excludeNamespaces: [monitoring]}\n"),
+        json!([RELEASE_NAMESPACE, "kube-system", "monitoring"])
+    );
+    assert_eq!(
+        selector("webhook: {excludeNamespaces: [kube-system, monitoring]}\n"),
+        json!([RELEASE_NAMESPACE, "kube-system", "monitoring"])
+    );
+    assert_eq!(selector(""), json!([RELEASE_NAMESPACE, "kube-system"]));
+}
+
+/// podLabels add to the pod's labels; the selector's own two cannot be
+/// replaced (a Deployment whose template does not match its selector is
+/// refused).
+#[test]
+fn pod_labels_cannot_replace_the_selector_labels() {
+    let manifests = template("podLabels: {team: platform}\n").unwrap();
+    let docs = documents(&manifests);
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["team"], "platform");
+    for (key, value) in deployment["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&labels[key], value, "{key}");
+    }
+    for key in ["app.kubernetes.io/name", "app.kubernetes.io/instance"] {
+        let err = template(&format!("podLabels: {{{key}: other}}\n")).unwrap_err();
+        assert!(err.contains("podLabels") && !err.contains("executing"), "{key}: {err}");
+    }
+}
+
+/// The schema refuses what the server, the API server or a template would
+/// refuse later, with its own message (never a template's stack trace);
+/// and it accepts issuers of other kinds than cert-manager's own.
+#[test]
+fn the_schema_refuses_what_would_fail_later() {
+    let cases = [
+        (
+            "an issuerRef without a name",
+            "certificates: {mode: certManager, certManager: {issuerRef: {kind: ClusterIssuer}}}\n",
+            "name",
+        ),
+        (
+            "an issuerRef with an empty kind",
+            "certificates: {mode: certManager, certManager: {issuerRef: {kind: \"\", name: x}}}\n",
+            "kind",
+        ),
+        (
+            "a caBundle of broken base64",
+            "certificates: {mode: existingSecret, existingSecret: x, caBundle: \"LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBQUEK=x\"}\n",
+            "caBundle",
+        ),
+        (
+            "a caBundle of base64 that is not PEM",
+            "certificates: {mode: existingSecret, existingSecret: x, caBundle: Zm9v}\n",
+            "caBundle",
+        ),
+        (
+            "an IPv6 address that is not one",
+            "certificates: {mode: helm, extraIPs: [\":::\"]}\n",
+            "extraIPs",
+        ),
+        (
+            "an IPv6 address with two ::",
+            "certificates: {extraIPs: [\"1::2::3\"]}\n",
+            "extraIPs",
+        ),
+        (
+            "a service account namespace with a dot",
+            &ownership().replace("serviceAccount: platform/widget-scaler", "serviceAccount: team.a/x"),
+            "serviceAccount",
+        ),
+        (
+            "a PodDisruptionBudget that blocks every drain",
+            "podDisruptionBudget: {maxUnavailable: 0}\n",
+            "maxUnavailable",
+        ),
+        (
+            "a PodDisruptionBudget of no number",
+            "podDisruptionBudget: {maxUnavailable: one}\n",
+            "maxUnavailable",
+        ),
+        (
+            "a PodDisruptionBudget over 100%",
+            "podDisruptionBudget: {maxUnavailable: 150%}\n",
+            "maxUnavailable",
+        ),
+        (
+            "a surge of no number",
+            "updateStrategy: {rollingUpdate: {maxSurge: lots}}\n",
+            "maxSurge",
+        ),
+        ("an unknown strategy", "updateStrategy: {type: BlueGreen}\n", "type"),
+        (
+            "a scrape interval that is no duration",
+            "metrics: {service: {enabled: true}, serviceMonitor: {enabled: true, interval: often}}\n",
+            "interval",
+        ),
+        (
+            "a PodMonitor interval that is no duration",
+            "metrics: {podMonitor: {enabled: true, interval: 30}}\n",
+            "interval",
+        ),
+        (
+            "a toleration operator",
+            "tolerations: [{key: a, operator: Maybe}]\n",
+            "operator",
+        ),
+        (
+            "an objectSelector operator",
+            "webhook: {objectSelector: {matchExpressions: [{key: a, operator: Like}]}}\n",
+            "operator",
+        ),
+        (
+            "serviceAccount.create=false without a name",
+            "serviceAccount: {create: false}\n",
+            "name",
+        ),
+        (
+            "a probe threshold of 0",
+            "probes: {readiness: {failureThreshold: 0}}\n",
+            "failureThreshold",
+        ),
+        (
+            "a liveness successThreshold other than 1",
+            "probes: {liveness: {successThreshold: 2}}\n",
+            "successThreshold",
+        ),
+        ("an env var without a name", "extraEnv: [{value: x}]\n", "name"),
+    ];
+    for (what, values, phrase) in cases {
+        match template(values) {
+            Ok(_) => panic!("{what}: rendered"),
+            Err(e) => assert!(e.contains(phrase) && !e.contains("executing"), "{what}: {e}"),
+        }
+    }
+    // An external issuer (cert-manager's AWS Private CA issuer, say) is an issuer too.
+    let manifests = template(
+        "certificates: {mode: certManager, certManager: {issuerRef: {kind: AWSPCAClusterIssuer, group: awspca.cert-manager.io, name: corp}}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        object(&manifests, "Certificate", "sg-statusguard")["spec"]["issuerRef"],
+        json!({"kind": "AWSPCAClusterIssuer", "group": "awspca.cert-manager.io", "name": "corp"})
+    );
+    // Two monitors of the same pods.
+    let err =
+        template("metrics: {service: {enabled: true}, serviceMonitor: {enabled: true}, podMonitor: {enabled: true}}\n")
+            .unwrap_err();
+    assert!(err.contains("enable one"), "{err}");
+    // A PrometheusRule whose alerts could select nothing.
+    let err = template("metrics: {prometheusRule: {enabled: true}}\n").unwrap_err();
+    assert!(err.contains("metrics.prometheusRule.enabled needs"), "{err}");
+}
+
+/// Issue 23's knobs, all at once (ci/every-knob-values.yaml): each lands
+/// where it should.
+#[test]
+fn the_operator_knobs_render() {
+    let manifests = template(&format!("{}{}", ownership(), every_knob())).unwrap();
+    let docs = documents(&manifests);
+    // serviceAccount.create=false: none rendered, yours bound and used.
+    assert!(!docs.iter().any(|d| d["kind"] == "ServiceAccount"));
+    for kind in ["RoleBinding", "ClusterRoleBinding"] {
+        let binding = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(binding["subjects"][0]["name"], "platform-statusguard", "{kind}");
+    }
+    for kind in ["Deployment", "Job", "Pod"] {
+        let pod = pod_spec(&manifests, kind);
+        assert_eq!(pod["serviceAccountName"], "platform-statusguard", "{kind}");
+        assert_eq!(pod["nodeSelector"]["node-role.example.com/platform"], "true", "{kind}");
+        assert_eq!(pod["tolerations"][0]["key"], "dedicated", "{kind}");
+    }
+    let pod = pod_spec(&manifests, "Deployment");
+    let container = &pod["containers"][0];
+    assert_eq!(container["env"][0]["name"], "POD_NAME");
+    assert_eq!(
+        container["env"][1],
+        json!({"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"})
+    );
+    assert_eq!(
+        container["env"][2]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "scratch", "emptyDir": {"sizeLimit": "16Mi"}}])
+    );
+    assert_eq!(
+        container["volumeMounts"],
+        json!([{"name": "scratch", "mountPath": "/scratch"}])
+    );
+    assert_eq!(
+        container["startupProbe"],
+        json!({"httpGet": {"path": "/healthz", "port": "admin"}, "periodSeconds": 5, "failureThreshold": 30})
+    );
+    assert_eq!(container["livenessProbe"]["periodSeconds"], 20);
+    assert_eq!(container["livenessProbe"]["timeoutSeconds"], 2);
+    assert_eq!(container["readinessProbe"]["failureThreshold"], 2);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for kind in ["Job", "Pod"] {
+        assert_eq!(
+            pod_spec(&manifests, kind)["containers"][0]["resources"],
+            json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}}),
+            "{kind}"
+        );
+    }
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["template"]["metadata"]["labels"]["team"], "platform");
+    // Monitoring: a PodMonitor on the admin port, the alerts, the dashboard.
+    let monitor = object(&manifests, "PodMonitor", "sg-statusguard");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"],
+        json!([{"port": "admin", "path": "/metrics", "interval": "1m", "scrapeTimeout": "20s"}])
+    );
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let rule = object(&manifests, "PrometheusRule", "sg-statusguard");
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    for alert in [
+        "StatusguardDown",
+        "StatusguardRulesStale",
+        "StatusguardCertificateExpiry",
+        "StatusguardDenialSpike",
+        "StatusguardSlowReviews",
+    ] {
+        assert!(alerts.contains(&alert), "{alert} not in {alerts:?}");
+    }
+    let dashboard = object(&manifests, "ConfigMap", "sg-statusguard-dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(dashboard["metadata"]["annotations"]["grafana_folder"], "statusguard");
+    let json: Value = serde_json::from_str(dashboard["data"]["statusguard.json"].as_str().unwrap()).unwrap();
+    assert_eq!(json["uid"], "statusguard");
+    // Off by default, and a Linux node by default.
+    let defaults = template(&ownership()).unwrap();
+    for kind in ["PodMonitor", "PrometheusRule"] {
+        assert!(!kinds(&defaults).iter().any(|k| k == kind), "{kind}");
+    }
+    assert!(
+        !documents(&defaults)
+            .iter()
+            .any(|d| d["metadata"]["name"] == "sg-statusguard-dashboard")
+    );
+    for kind in ["Deployment", "Job", "Pod"] {
+        assert_eq!(
+            pod_spec(&defaults, kind)["nodeSelector"],
+            json!({"kubernetes.io/os": "linux"}),
+            "{kind}"
+        );
+    }
+    let pod = pod_spec(&defaults, "Deployment");
+    assert_eq!(
+        pod["containers"][0]["startupProbe"],
+        json!({"httpGet": {"path": "/healthz", "port": "admin"}, "periodSeconds": 2, "failureThreshold": 60})
+    );
+    assert_eq!(
+        pod_spec(&defaults, "Job")["containers"][0]["resources"],
+        json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}})
+    );
+    assert!(kinds(&defaults).iter().any(|k| k == "ServiceAccount"));
+}
+
+/// Every `statusguard_*` series the alerts and the dashboard query is one
+/// the server exports: counters with `_total`, histograms with `_bucket`.
+/// A family is exposed once it has a series, so each is recorded once
+/// here; violations are recorded only with a decision, and are checked
+/// against their registration in src/metrics.rs instead.
+#[test]
+fn the_alerts_and_the_dashboard_query_metrics_the_server_exports() {
+    let metrics = statusguard::metrics::Metrics::default();
+    metrics.error(statusguard::decision::Endpoint::Validate, Duration::from_millis(1));
+    metrics.refused_before_reading(413);
+    metrics.rules_loaded(1);
+    metrics.rules_rejected("invalid");
+    metrics.tls_reload(false);
+    metrics.webhook_sync("applied", Some(1));
+    metrics.serving_certificate_expiry(Some(1));
+    metrics.observed("example.com", "widgets", "someone");
+    metrics.observation_skipped("rate");
+    metrics.event("StatusRollbackDenied", "sent");
+    let exposition = metrics.encode();
+    let mut exported = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        match kind {
+            "counter" => {
+                exported.insert(format!("{name}_total"));
+            }
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    exported.insert(format!("{name}{suffix}"));
+                }
+            }
+            _ => {
+                exported.insert(name.to_owned());
+            }
+        }
+    }
+    assert!(
+        exported.contains("statusguard_admission_requests_total"),
+        "{exported:?}"
+    );
+    let queried = |text: &str| -> Vec<String> {
+        let mut names = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("statusguard_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+        names
+    };
+    let manifests = template(&format!(
+        "{}metrics: {{podMonitor: {{enabled: true}}, prometheusRule: {{enabled: true}}, dashboard: {{enabled: true}}}}\n",
+        ownership()
+    ))
+    .unwrap();
+    let rule = object(&manifests, "PrometheusRule", "sg-statusguard");
+    let mut exprs = String::new();
+    for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        exprs.push_str(r["expr"].as_str().unwrap());
+        exprs.push('\n');
+    }
+    let dashboard = object(&manifests, "ConfigMap", "sg-statusguard-dashboard");
+    let dashboard = dashboard["data"]["statusguard.json"].as_str().unwrap();
+    for (what, text) in [("the alerts", exprs.as_str()), ("the dashboard", dashboard)] {
+        let names = queried(text);
+        assert!(names.len() >= 5, "{what}: {names:?}");
+        for name in names {
+            if name == "statusguard_violations_total" {
+                let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.rs")).unwrap();
+                assert!(
+                    source.contains("\"violations\","),
+                    "src/metrics.rs registers no violations counter"
+                );
+                continue;
+            }
+            assert!(
+                exported.contains(&name),
+                "{what} query {name}, which the server does not export"
+            );
+        }
+    }
+}
+
+/// With a NetworkPolicy and a ServiceMonitor or PodMonitor, Prometheus (in
+/// a namespace of its own) may scrape the admin port by default; without a
+/// monitor the default stays the release namespace; a metricsFrom of yours
+/// (also []) is used as given.
+#[test]
+fn a_monitored_release_admits_prometheus_from_another_namespace() {
+    let admin_from = |values: &str| {
+        let docs = documents(&template(values).unwrap());
+        let policy = docs.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|rule| rule["ports"] == json!([{"port": "admin"}]))
+            .map(|rule| rule["from"].clone())
+    };
+    let anywhere = Some(json!([{"namespaceSelector": {}}]));
+    assert_eq!(
+        admin_from(
+            "networkPolicy: {enabled: true}\nmetrics: {service: {enabled: true}, serviceMonitor: {enabled: true}}\n"
+        ),
+        anywhere
+    );
+    assert_eq!(
+        admin_from("networkPolicy: {enabled: true}\nmetrics: {podMonitor: {enabled: true}}\n"),
+        anywhere
+    );
+    assert_eq!(
+        admin_from("networkPolicy: {enabled: true}\n"),
+        Some(json!([{"podSelector": {}}]))
+    );
+    let monitoring = "[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]";
+    assert_eq!(
+        admin_from(&format!(
+            "networkPolicy: {{enabled: true, metricsFrom: {monitoring}}}\nmetrics: {{podMonitor: {{enabled: true}}}}\n"
+        )),
+        Some(json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]))
+    );
+    assert_eq!(
+        admin_from("networkPolicy: {enabled: true, metricsFrom: []}\nmetrics: {podMonitor: {enabled: true}}\n"),
+        None
+    );
+}
+
+/// Issue 23, section 5: helm mode makes its CA with `lookup`, which finds
+/// nothing outside a live install, so `helm template` (Argo CD) renders new
+/// key material every time. Decided: not for GitOps, and said so where a
+/// user chooses the mode; server mode (the default) renders no key material.
+#[test]
+fn helm_mode_is_documented_as_not_for_gitops_because_each_render_rekeys() {
+    let secret = |values: &str| -> Value {
+        let docs = documents(&template(values).unwrap());
+        docs.into_iter().find(|d| d["kind"] == "Secret").unwrap()
+    };
+    let helm = "certificates: {mode: helm}\n";
+    assert_ne!(
+        secret(helm)["data"]["ca.crt"],
+        secret(helm)["data"]["ca.crt"],
+        "helm mode rendered the same CA twice: if it is stable now, say so in values.yaml and the README"
+    );
+    assert_eq!(secret("")["data"], Value::Null);
+    assert_eq!(template("").unwrap(), template("").unwrap());
+    let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    for (what, text) in [("values.yaml", values), ("README.md", readme)] {
+        assert!(text.contains("Not for GitOps"), "{what} does not warn about helm mode");
+    }
+}
+
+/// `replicas: 1` is allowed (a test cluster), but the NOTES say what it
+/// costs: no pod through a rollout, a drain or a crash, which the
+/// PodDisruptionBudget cannot prevent.
+#[test]
+fn a_single_replica_is_warned_about() {
+    let cluster = Cluster::shared();
+    let home = tempfile::tempdir().unwrap();
+    let notes = |values: &str| {
+        let file = home.path().join("values.yaml");
+        std::fs::write(&file, values).unwrap();
+        let output = helm(home.path())
+            .args(["install", "single", "--dry-run=client", "-n", "statusguard-notes"])
+            .arg(chart())
+            .arg("-f")
+            .arg(&file)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        out[out.find("NOTES:").expect("NOTES in the output")..].to_owned()
+    };
+    let single = notes("replicas: 1\n");
+    assert!(single.contains("WARNING: replicas: 1"), "{single}");
+    assert!(single.contains("every guarded status write is refused"), "{single}");
+    assert!(single.contains("PodDisruptionBudget cannot keep a replica"), "{single}");
+    let two = notes("");
+    assert!(!two.contains("WARNING"), "{two}");
+}
+
+/// Switching certificates.mode with `helm upgrade` used to fail with
+/// "Secret type: field is immutable" (server mode's Opaque Secret and helm
+/// mode's kubernetes.io/tls one shared a name). Every switch now upgrades.
+#[tokio::test]
+async fn certificates_mode_can_be_switched_with_helm_upgrade() {
+    let cluster = Cluster::shared();
+    let client = cluster.admin().await;
+    integration_crds(&client).await;
+    let home = tempfile::tempdir().unwrap();
+    let release = Release::new(home.path(), "modes", "statusguard-modes", &cluster.kubeconfig);
+    let mode = |mode: &str| format!("{}certificates: {{mode: {mode}}}\n", ownership());
+    release.install(&mode("server"));
+    for next in ["helm", "server", "certManager", "helm", "certManager", "server"] {
+        release.upgrade(&mode(next));
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "statusguard-modes");
+    assert!(secrets.get_opt("modes-statusguard-tls").await.unwrap().is_some());
+    assert!(secrets.get_opt("modes-statusguard-helm-tls").await.unwrap().is_none());
+    release.helm(&["uninstall", "modes", "-n", "statusguard-modes", "--no-hooks"]);
 }
