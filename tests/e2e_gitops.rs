@@ -1,0 +1,156 @@
+//! Issue 23: a forced replacement, as `helm upgrade --force`, Argo CD's
+//! `Replace=true` and Flux's `upgrade.force` do it, empties the webhook
+//! list, the `caBundle` and the Secret's data. Two replicas run as the
+//! chart's pods would (its arguments, ServiceAccount and only its RBAC,
+//! certificates kept in its Secret), against the real API server:
+//!
+//! - the servers see their webhook configurations change and apply them
+//!   again within 2 s: enforcing again;
+//! - the emptied Secret gets back the CA the replicas already hold, not a
+//!   new one, so the `caBundle` trusts what both serve all along.
+//!
+//! One test in its own binary: it installs a release with cluster-wide webhooks.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::json;
+use support::chart::{Release, chart};
+use support::scenario::Scenario;
+use support::webhook::{BinaryServer, eventually, free_port};
+
+const RELEASE: &str = "force";
+const NAMESPACE: &str = "statusguard-gitops";
+const SECRET: &str = "force-statusguard-tls";
+const WEBHOOKS: &str = "force-statusguard-statusguard-gitops";
+
+/// The CA certificates of a PEM bundle, as DER.
+fn certificates(pem: &[u8]) -> Vec<Vec<u8>> {
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .map(|c| c.as_ref().to_vec())
+        .collect()
+}
+
+/// The `caBundle` of the validate webhook, and how many webhooks there are.
+async fn registered(s: &Scenario) -> (usize, Vec<u8>) {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
+    let hooks = api
+        .get_opt(WEBHOOKS)
+        .await
+        .unwrap()
+        .and_then(|c| c.webhooks)
+        .unwrap_or_default();
+    let bundle = hooks
+        .first()
+        .and_then(|h| h.client_config.ca_bundle.clone())
+        .map(|b| b.0)
+        .unwrap_or_default();
+    (hooks.len(), bundle)
+}
+
+#[tokio::test]
+async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
+    let s = Scenario::new("e2e-gitops").await;
+    let home = tempfile::tempdir().unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let example = include_str!("../examples/ownership.yaml");
+    let indented: String = example.lines().map(|l| format!("  {l}\n")).collect();
+    let values = format!("ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\n");
+    let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
+    release.install(&values);
+    let args = release.server_args(home.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let kubeconfig = s
+        .cluster
+        .service_account_kubeconfig(NAMESPACE, "force-statusguard")
+        .await;
+    let env = [("KUBECONFIG", kubeconfig.as_path())];
+    let (dir_a, dir_b) = (home.path().join("a"), home.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let (a, b) = tokio::join!(
+        BinaryServer::start_on(port_a, &dir_a, &args, &env),
+        BinaryServer::start_on(port_b, &dir_b, &args, &env)
+    );
+    a.wait_ready().await;
+    b.wait_ready().await;
+    s.create_widget("w", json!({"observedGeneration": 1, "replicas": 1}))
+        .await;
+    eventually(Duration::from_secs(30), "registered and enforcing", || async {
+        registered(&s).await.0 > 0
+            && s.merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": 5}}))
+                .await
+                .code
+                == 409
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), NAMESPACE);
+    let ca_before = secrets.get(SECRET).await.unwrap().data.unwrap()["ca-signing.crt"]
+        .0
+        .clone();
+    let (_, bundle_before) = registered(&s).await;
+    assert!(!bundle_before.is_empty());
+
+    // `helm upgrade --force`: every rendered object is replaced.
+    let file = release.values(&values);
+    let chart = chart().display().to_string();
+    release.helm(&[
+        "upgrade", RELEASE, &chart, "-n", NAMESPACE, "-f", &file, "--force",
+    ]);
+    let replaced = Instant::now();
+    eventually(Duration::from_secs(10), "the webhooks are applied again", || async {
+        registered(&s).await.0 > 0
+    })
+    .await;
+    let repaired = replaced.elapsed();
+    assert!(
+        repaired <= Duration::from_secs(2),
+        "the webhooks were applied again {repaired:?} after the replacement\nA:\n{}\nB:\n{}",
+        a.log(),
+        b.log()
+    );
+    assert_eq!(
+        s.merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": 6}}))
+            .await
+            .code,
+        409,
+        "enforcing again"
+    );
+
+    // The emptied Secret holds the CA both replicas hold, and the caBundle
+    // still trusts it.
+    eventually(Duration::from_secs(10), "the Secret is written back", || async {
+        secrets
+            .get(SECRET)
+            .await
+            .unwrap()
+            .data
+            .is_some_and(|d| d.contains_key("ca-signing.crt"))
+    })
+    .await;
+    let ca_after = secrets.get(SECRET).await.unwrap().data.unwrap()["ca-signing.crt"]
+        .0
+        .clone();
+    assert_eq!(
+        certificates(&ca_after),
+        certificates(&ca_before),
+        "the same CA, not a new one"
+    );
+    eventually(Duration::from_secs(10), "the caBundle trusts the same CA", || async {
+        let (_, bundle) = registered(&s).await;
+        let trusted = certificates(&bundle);
+        certificates(&ca_before).iter().all(|ca| trusted.contains(ca))
+    })
+    .await;
+    for server in [&a, &b] {
+        assert!(!server.log().contains("\"level\":\"ERROR\""), "{}", server.log());
+    }
+    release.run_pre_delete_hook(&kubeconfig);
+}
