@@ -521,21 +521,21 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
                 (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
                 _ => None,
             };
-            let options = crate::probe::ProbeOptions {
+            let options = crate::tools::probe::ProbeOptions {
                 name: args.name,
                 configmap: args.configmap,
                 connect_to: args.connect_to,
                 timeout: args.timeout,
                 client_cert,
             };
-            let probed = crate::probe::probe(&client, &options).await?;
+            let probed = crate::tools::probe::probe(&client, &options).await?;
             for line in &probed {
                 println!("{line}");
             }
             if probed.is_empty() {
                 println!("no webhook is registered (the ownership document guards no resource): nothing to probe");
             }
-            crate::probe::failures(&probed)?;
+            crate::tools::probe::failures(&probed)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Unregister(args) => {
@@ -670,15 +670,20 @@ async fn suggest(args: &SuggestArgs) -> anyhow::Result<ExitCode> {
     let client = cluster_client().await?;
     let mut observed = Vec::new();
     for source in &args.observed {
-        observed.push(crate::suggest::fetch::observed(source).await?);
+        observed.push(crate::tools::suggest::fetch::observed(source).await?);
     }
     let mut drafts = Vec::new();
     for name in &args.resources {
-        let (group, resource) = crate::suggest::split_resource_name(name);
-        let objects =
-            crate::suggest::fetch::objects(&client, &group, &resource, args.namespace.as_deref(), &args.conditions)
-                .await?;
-        drafts.push(crate::suggest::draft(
+        let (group, resource) = crate::tools::suggest::split_resource_name(name);
+        let objects = crate::tools::suggest::fetch::objects(
+            &client,
+            &group,
+            &resource,
+            args.namespace.as_deref(),
+            &args.conditions,
+        )
+        .await?;
+        drafts.push(crate::tools::suggest::draft(
             &group,
             &resource,
             &args.conditions,
@@ -686,8 +691,8 @@ async fn suggest(args: &SuggestArgs) -> anyhow::Result<ExitCode> {
             &observed,
         ));
     }
-    let text =
-        crate::suggest::render(&drafts).context("the draft is not a valid document (a bug: please report it)")?;
+    let text = crate::tools::suggest::render(&drafts)
+        .context("the draft is not a valid document (a bug: please report it)")?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
 }

@@ -322,7 +322,7 @@ async fn call(target: &Target, resource: &Resource, identity: Option<&ClientIden
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(review)))
         .map_err(|e| e.to_string())?;
-    let (status, body) = crate::http1::exchange(stream, request).await?;
+    let (status, body) = super::http1::exchange(stream, request).await?;
     if !status.is_success() {
         return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()));
     }
@@ -445,7 +445,7 @@ mod tests {
         let body = serde_json::to_vec(&probe_review(&resource, "uid-probe")).unwrap();
         for mode in ["enforce", "trim", "audit"] {
             let text =
-                include_str!("../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+                include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
             let rules = Ownership::from_yaml(&text).unwrap();
             for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
                 let answered = answer(Some(&rules), &body, endpoint);

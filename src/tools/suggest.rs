@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
-pub use crate::decision::Item;
+use crate::decision::Item;
 use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
 use crate::ownership::{FieldPath, Ownership, OwnershipError};
 
@@ -530,7 +530,6 @@ fn yaml_string(text: &str) -> String {
     }
 }
 
-#[cfg(feature = "server")]
 pub mod fetch;
 #[cfg(test)]
 mod tests;

@@ -108,7 +108,7 @@ pub async fn observed(source: &str) -> Result<ObservedWriters, FetchError> {
                 .header(hyper::header::HOST, authority.as_str())
                 .body(Empty::<Bytes>::new())
                 .map_err(|e| failed(e.to_string()))?;
-            let (status, body) = crate::http1::exchange(tcp, request).await.map_err(failed)?;
+            let (status, body) = crate::tools::http1::exchange(tcp, request).await.map_err(failed)?;
             if !status.is_success() {
                 return Err(failed(format!("HTTP {status}")));
             }
