@@ -8,7 +8,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 
-use super::ObjectFields;
+use super::managed_fields::{ObjectFields, object_fields};
 use crate::observe::ObservedWriters;
 
 /// Why the cluster or a record could not be read.
@@ -75,7 +75,7 @@ pub async fn objects(
                 Some(ns) => format!("{ns}/{}", object.name_any()),
                 None => object.name_any(),
             };
-            fields.push(super::object_fields(&id, object.managed_fields(), conditions_key));
+            fields.push(object_fields(&id, object.managed_fields(), conditions_key));
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
