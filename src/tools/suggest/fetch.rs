@@ -13,27 +13,13 @@ use crate::observe::ObservedWriters;
 
 /// Why the cluster or a record could not be read.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum FetchError {
-    /// The resource is not served by the cluster.
     #[error("the cluster serves no resource {0} (RESOURCE.GROUP, e.g. widgets.example.com; a core resource alone)")]
     UnknownResource(String),
-    /// The API refused or failed.
     #[error("cannot read {what}: {source}")]
-    Kube {
-        /// What was being read.
-        what: String,
-        /// The client's error.
-        source: kube::Error,
-    },
-    /// The observed record could not be fetched.
+    Kube { what: String, source: kube::Error },
     #[error("cannot read the observed writes at {source_name}: {reason}")]
-    Observed {
-        /// The URL or file.
-        source_name: String,
-        /// Why.
-        reason: String,
-    },
+    Observed { source_name: String, reason: String },
 }
 
 /// Every object of `group`/`resource` (in `namespace`, or all), read in
