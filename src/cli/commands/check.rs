@@ -24,7 +24,7 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
     let checked = match &source {
         RulesSource::ConfigMap(_) => match cluster_client().await {
             Ok(client) => source.load(&client).await.map_err(problems),
-            Err(e) => Err(vec![format!("{e:#}")]),
+            Err(e) => Err(vec![e.to_string()]),
         },
         local => local.load_local().map_err(problems),
     };

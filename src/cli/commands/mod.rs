@@ -1,7 +1,5 @@
 //! The bodies of the commands, one file each.
 
-use anyhow::Context as _;
-
 pub(super) mod check;
 pub(super) mod gen_certs;
 pub(super) mod probe;
@@ -10,12 +8,16 @@ pub(super) mod serve;
 pub(super) mod suggest;
 pub(super) mod unregister;
 
+/// The client's error is printed, not chained as a source: its message
+/// already holds its causes, which a chain would print again.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG): {0}")]
+struct ClusterUnreachable(kube::Error);
+
 /// A client of the cluster the environment names (in-cluster config, or
 /// KUBECONFIG): how every command that reads or changes the cluster reaches it.
-async fn cluster_client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")
+async fn cluster_client() -> Result<kube::Client, ClusterUnreachable> {
+    kube::Client::try_default().await.map_err(ClusterUnreachable)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
