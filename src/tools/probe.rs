@@ -93,7 +93,6 @@ pub struct ProbeOptions {
     /// (a port-forward, or a machine without cluster DNS); TLS still checks
     /// the configuration's name.
     pub connect_to: Option<String>,
-    /// The limit on each call.
     pub timeout: Duration,
     /// A client certificate and key to present, for a server that requires
     /// one (`--client-ca-file`).

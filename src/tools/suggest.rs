@@ -28,13 +28,10 @@ pub struct Setters {
 /// The draft: the resource's writers, and where they collide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Draft {
-    /// The API group.
     pub group: String,
-    /// The plural resource.
     pub resource: String,
     /// Where the conditions list lives below `.status`.
     pub conditions_key: String,
-    /// How many objects were read.
     pub objects: usize,
     /// Item to who set it.
     pub items: BTreeMap<Item, Setters>,
