@@ -49,8 +49,6 @@ pub mod ownership;
 pub mod pipeline;
 pub mod review;
 pub mod rules;
-#[cfg(feature = "client")]
-pub mod suggest;
 mod value_budget;
 
 #[cfg(feature = "client")]
@@ -61,14 +59,12 @@ pub mod certs;
 #[cfg(feature = "server")]
 pub mod cli;
 #[cfg(feature = "server")]
-mod http1;
-#[cfg(feature = "server")]
 pub mod metrics;
-#[cfg(feature = "server")]
-pub mod probe;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
 pub mod tls;
+#[cfg(feature = "server")]
+pub(crate) mod tools;
 #[cfg(feature = "server")]
 pub mod webhooks;

@@ -269,12 +269,31 @@ pub fn match_conditions(rules: &Ownership) -> Vec<MatchCondition> {
     conditions
 }
 
+/// The webhooks the configurations hold: enforce and trim resources are
+/// validated, audit resources are validated apart (they never block), trim
+/// resources are also mutated. The kind is the first label of a webhook's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum WebhookKind {
+    Validate,
+    Audit,
+    Mutate,
+}
+
+impl WebhookKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            WebhookKind::Validate => "validate",
+            WebhookKind::Audit => "audit",
+            WebhookKind::Mutate => "mutate",
+        }
+    }
+}
+
 /// Resources that share one webhook: the endpoint's path, and the
 /// `failurePolicy` and `timeoutSeconds` they have.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Group {
-    /// `validate`, `audit` or `mutate`.
-    kind: &'static str,
+    kind: WebhookKind,
     failure_policy: FailurePolicy,
     timeout_seconds: i32,
 }
@@ -287,11 +306,11 @@ impl Group {
         if self.failure_policy == failure_policy(self.kind, None, registration)
             && self.timeout_seconds == registration.timeout_seconds
         {
-            self.kind.to_owned()
+            self.kind.as_str().to_owned()
         } else {
             format!(
                 "{}-{}-{}s",
-                self.kind,
+                self.kind.as_str(),
                 self.failure_policy.to_string().to_lowercase(),
                 self.timeout_seconds
             )
@@ -302,11 +321,10 @@ impl Group {
 /// The failure policy of a resource in a webhook of `kind`: always `Ignore`
 /// for audit, where nothing is enforced, so a write is never blocked; else
 /// the resource's `own`, or the server's.
-fn failure_policy(kind: &str, own: Option<FailurePolicy>, registration: &Registration) -> FailurePolicy {
-    if kind == "audit" {
-        FailurePolicy::Ignore
-    } else {
-        own.unwrap_or(registration.failure_policy)
+fn failure_policy(kind: WebhookKind, own: Option<FailurePolicy>, registration: &Registration) -> FailurePolicy {
+    match kind {
+        WebhookKind::Audit => FailurePolicy::Ignore,
+        WebhookKind::Validate | WebhookKind::Mutate => own.unwrap_or(registration.failure_policy),
     }
 }
 
@@ -315,7 +333,7 @@ fn failure_policy(kind: &str, own: Option<FailurePolicy>, registration: &Registr
 fn groups<'r>(
     registration: &Registration,
     rules: &'r Ownership,
-    kind: &'static str,
+    kind: WebhookKind,
     modes: &[Mode],
 ) -> BTreeMap<Group, Vec<&'r ResourceRules>> {
     let mut groups: BTreeMap<Group, Vec<&ResourceRules>> = BTreeMap::new();
@@ -380,9 +398,9 @@ pub fn desired(
             timeout_seconds: hook.timeout_seconds,
         }
     };
-    let validating = groups(registration, rules, "validate", &[Mode::Enforce, Mode::Trim])
+    let validating = groups(registration, rules, WebhookKind::Validate, &[Mode::Enforce, Mode::Trim])
         .into_iter()
-        .chain(groups(registration, rules, "audit", &[Mode::Audit]))
+        .chain(groups(registration, rules, WebhookKind::Audit, &[Mode::Audit]))
         .map(|(group, resources)| hook(&group, rules_for(resources.into_iter(), resolved), "validate"))
         .chain(
             registration
@@ -391,7 +409,7 @@ pub fn desired(
                 .map(|configmap| ownership_hook(registration, configmap, ca_bundle)),
         )
         .collect();
-    let mutating = groups(registration, rules, "mutate", &[Mode::Trim])
+    let mutating = groups(registration, rules, WebhookKind::Mutate, &[Mode::Trim])
         .into_iter()
         .map(|(group, resources)| mutating_hook(&group, rules_for(resources.into_iter(), resolved)))
         .collect();

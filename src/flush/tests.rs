@@ -1,7 +1,9 @@
 use std::collections::BTreeSet;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
+use super::patch::merge_conditions;
 use super::*;
 use crate::ownership::same_value;
 
@@ -270,11 +272,14 @@ async fn the_schema_check_finds_paths_the_api_server_would_prune() {
 fn the_default_retry_is_client_gos() {
     let policy = RetryPolicy::default();
     assert_eq!((policy.attempts, policy.delay), (5, Duration::from_millis(10)));
-    let delay = policy.delay_before(3);
-    assert!(
-        delay >= Duration::from_millis(10) && delay <= Duration::from_millis(11),
-        "{delay:?}"
-    );
+    let delays: Vec<Duration> = policy.delays().collect();
+    assert_eq!(delays.len(), 4, "a wait before each of the 4 retries");
+    for delay in delays {
+        assert!(
+            delay >= Duration::from_millis(10) && delay <= Duration::from_millis(11),
+            "{delay:?}"
+        );
+    }
 }
 
 /// Regression (issue 11, item 5): a negative, NaN or huge factor used to
@@ -298,7 +303,12 @@ fn retry_policies_are_checked_when_built_and_never_panic() {
     assert!(RetryPolicy::new(0, Duration::ZERO).is_err());
     assert!(RetryPolicy::new(1, Duration::from_secs(3600)).is_err());
     let steep = base().backoff(10.0).unwrap().jitter(1.0).unwrap();
-    for attempt in [2, 50, 100, u32::MAX] {
-        assert!(steep.delay_before(attempt) <= MAX_RETRY_DELAY);
-    }
+    let delays: Vec<Duration> = steep.delays().collect();
+    assert_eq!(delays.len(), 99);
+    assert!(delays.iter().all(|delay| *delay <= MAX_RETRY_DELAY), "{delays:?}");
+    let most_retries = RetryPolicy::new(u32::MAX, MAX_RETRY_DELAY)
+        .unwrap()
+        .backoff(10.0)
+        .unwrap();
+    assert!(most_retries.delays().take(1000).all(|delay| delay <= MAX_RETRY_DELAY));
 }

@@ -26,13 +26,19 @@ impl FromStr for ConfigMapRef {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.split_once('/') {
-            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => Ok(Self {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            }),
-            _ => Err(format!("{text:?} is not NAMESPACE/NAME")),
+        let (namespace, name) = split_namespaced_name(text)?;
+        Ok(Self { namespace, name })
+    }
+}
+
+/// `NAMESPACE/NAME`, both parts non-empty: how every namespaced object is
+/// named on the command line.
+pub(crate) fn split_namespaced_name(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((namespace.to_owned(), name.to_owned()))
         }
+        _ => Err(format!("{text:?} is not NAMESPACE/NAME")),
     }
 }
 

@@ -63,22 +63,24 @@
 //!         {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]}}));
 //! ```
 
-use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrBool,
-};
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use rand::Rng as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::ownership::{FieldPath, GroupResource, Ownership, Parents, PathError, condition_type, drop_nested};
+use crate::ownership::{FieldPath, GroupResource, Ownership, Parents, PathError, drop_nested};
 use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
+
+mod patch;
+mod schema;
+
+pub use patch::{Owned, status_merge_patch};
 
 /// Why a flush (or building a writer) failed.
 #[derive(Debug, thiserror::Error)]
@@ -208,18 +210,26 @@ impl RetryPolicy {
         self.attempts
     }
 
-    /// The wait before `attempt` (2 for the first retry); never over [`MAX_RETRY_DELAY`].
-    pub fn delay_before(&self, attempt: u32) -> Duration {
-        let exponent = i32::try_from(attempt.saturating_sub(2)).unwrap_or(i32::MAX);
-        let jitter = if self.jitter > 0.0 {
-            rand::rng().random_range(0.0..=self.jitter)
-        } else {
-            0.0
-        };
-        let seconds = self.delay.as_secs_f64() * self.factor.powi(exponent) * (1.0 + jitter);
-        Duration::try_from_secs_f64(seconds)
-            .unwrap_or(MAX_RETRY_DELAY)
-            .min(MAX_RETRY_DELAY)
+    /// The waits between the writes of one flush, in order: one fewer
+    /// than [`attempts`](Self::attempts), each at most [`MAX_RETRY_DELAY`].
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
+        let retries = usize::try_from(self.attempts.saturating_sub(1)).unwrap_or(usize::MAX);
+        let jitter = self.jitter;
+        ExponentialBuilder::new()
+            .with_min_delay(self.delay)
+            // Checked from 1 to 10 when set, so the narrowing loses nothing that matters.
+            .with_factor(self.factor as f32)
+            .with_max_delay(MAX_RETRY_DELAY)
+            .with_max_times(retries)
+            .build()
+            // backon's own jitter is all or nothing (up to 100 %); client-go's
+            // default is 10 %, so the share is drawn here.
+            .map(move |delay| match jitter > 0.0 {
+                true => delay
+                    .mul_f64(1.0 + rand::rng().random_range(0.0..=jitter))
+                    .min(MAX_RETRY_DELAY),
+                false => delay,
+            })
     }
 }
 
@@ -231,36 +241,6 @@ fn within(what: &str, value: f64, low: f64, high: f64) -> Result<f64, FlushError
         Err(FlushError::InvalidRetry(format!(
             "{what} of {value} is not from {low} to {high}"
         )))
-    }
-}
-
-/// What a writer owns: field paths (none below another) and condition types.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Owned {
-    fields: Vec<FieldPath>,
-    conditions: BTreeSet<String>,
-}
-
-impl Owned {
-    /// Owns `fields` (a path below another is dropped) and the condition `types`.
-    pub fn new<S: Into<String>>(
-        fields: impl IntoIterator<Item = FieldPath>,
-        types: impl IntoIterator<Item = S>,
-    ) -> Self {
-        Self {
-            fields: drop_nested(fields.into_iter().collect()),
-            conditions: types.into_iter().map(Into::into).collect(),
-        }
-    }
-
-    /// The owned field paths, sorted.
-    pub fn fields(&self) -> &[FieldPath] {
-        &self.fields
-    }
-
-    /// The owned condition types.
-    pub fn conditions(&self) -> &BTreeSet<String> {
-        &self.conditions
     }
 }
 
@@ -399,35 +379,6 @@ where
         }
     }
 
-    /// Owned field paths that the CRD's structural schema for `version`
-    /// would prune: each must be declared under `status` in
-    /// `openAPIV3Schema`, unless a parent preserves unknown fields.
-    pub fn check_schema(&self, crd: &CustomResourceDefinition, version: &str) -> Result<(), FlushError> {
-        let status = crd
-            .spec
-            .versions
-            .iter()
-            .find(|v| v.name == version)
-            .and_then(|v| v.schema.as_ref())
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .and_then(|s| s.properties.as_ref())
-            .and_then(|p| p.get("status"))
-            .ok_or_else(|| FlushError::NoSchema(version.to_owned()))?;
-        let unknown: Vec<String> = self
-            .owned
-            .fields
-            .iter()
-            .chain(std::iter::once(&self.conditions_path))
-            .filter(|p| !schema_has(status, p.segments()))
-            .map(ToString::to_string)
-            .collect();
-        if unknown.is_empty() {
-            Ok(())
-        } else {
-            Err(FlushError::UnknownFields(unknown))
-        }
-    }
-
     /// Writes what the writer owns of the staged object's status. On success
     /// `staged` becomes the server's response, so no undeclared staged value
     /// survives in memory; on any error `staged` is left as it was.
@@ -449,6 +400,9 @@ where
             .and_then(Value::as_str)
             .ok_or(FlushError::MissingMetadata("resourceVersion"))?
             .to_owned();
+        // backon gives the waits; the loop stays explicit because each
+        // retry must read the object again before it writes.
+        let mut waits = self.retry.delays();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -484,16 +438,18 @@ where
                     *staged = written;
                     return Ok(FlushReport { attempts: attempt });
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 && attempt < self.retry.attempts => {
-                    tracing::debug!(%name, attempt, reason = %e.message, "status write conflicted; retrying");
-                    tokio::time::sleep(self.retry.delay_before(attempt + 1)).await;
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    return Err(FlushError::Conflict {
-                        attempts: attempt,
-                        source: kube::Error::Api(e),
-                    });
-                }
+                Err(kube::Error::Api(e)) if e.code == 409 => match waits.next() {
+                    Some(wait) => {
+                        tracing::debug!(%name, attempt, reason = %e.message, "status write conflicted; retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => {
+                        return Err(FlushError::Conflict {
+                            attempts: attempt,
+                            source: kube::Error::Api(e),
+                        });
+                    }
+                },
                 Err(e) => return Err(e.into()),
             }
         }
@@ -506,104 +462,6 @@ where
             .get(name, &Default::default())
             .map_err(kube::Error::BuildRequest)?;
         Ok(self.client.request::<Value>(request).await?)
-    }
-}
-
-/// The JSON merge patch of one attempt, a pure function of the staged and
-/// the stored object: `lock` as the resourceVersion, each owned path as
-/// staged (`null` where the staged object lacks what the server holds), and,
-/// when the staged status has a conditions list, that list with the owned
-/// types as staged and every other type as stored.
-pub fn status_merge_patch(
-    owned: &Owned,
-    conditions_path: &FieldPath,
-    staged: &Value,
-    stored: &Value,
-    lock: &str,
-) -> Value {
-    let mut patch = serde_json::json!({ "metadata": { "resourceVersion": lock } });
-    let (staged_status, stored_status) = (staged.get("status"), stored.get("status"));
-    for path in &owned.fields {
-        match (path.get(staged_status), path.get(stored_status)) {
-            (Some(value), stored) => path.set_in(&mut patch, replacing(value, stored)),
-            // The server holds it (below object parents, or `get` would not
-            // have found it) and the staged object does not: remove it.
-            (None, Some(_)) => path.set_in(&mut patch, Value::Null),
-            (None, None) => {}
-        }
-    }
-    if let Some(staged_list) = conditions_path.get(staged_status).and_then(Value::as_array) {
-        let stored_list = conditions_path
-            .get(stored_status)
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let merged = merge_conditions(staged_list, stored_list, &owned.conditions);
-        conditions_path.set_in(&mut patch, Value::Array(merged));
-    }
-    patch
-}
-
-/// `staged` as a merge-patch value that makes the server hold exactly it:
-/// inside objects, `null` for every key the server holds and the staged
-/// value lacks, at every depth.
-fn replacing(staged: &Value, stored: Option<&Value>) -> Value {
-    match (staged, stored) {
-        (Value::Object(staged), Some(Value::Object(stored))) => {
-            let mut result: Map<String, Value> = staged
-                .iter()
-                .map(|(k, v)| (k.clone(), replacing(v, stored.get(k))))
-                .collect();
-            for key in stored.keys() {
-                if !staged.contains_key(key) {
-                    result.insert(key.clone(), Value::Null);
-                }
-            }
-            Value::Object(result)
-        }
-        _ => staged.clone(),
-    }
-}
-
-/// The conditions list to write: owned types as staged, every other type as
-/// the server holds it (changed, added or removed by others), in the staged
-/// order where the staged list has the type, then the rest as stored.
-pub(crate) fn merge_conditions(staged: &[Value], stored: &[Value], owned: &BTreeSet<String>) -> Vec<Value> {
-    let is_owned = |c: &Value| condition_type(c).is_some_and(|t| owned.contains(t));
-    let mut result: Vec<Value> = Vec::with_capacity(staged.len().max(stored.len()));
-    let mut taken = vec![false; stored.len()];
-    for item in staged {
-        if is_owned(item) {
-            result.push(item.clone());
-        } else if let Some(i) =
-            (0..stored.len()).find(|&i| !taken[i] && condition_type(&stored[i]) == condition_type(item))
-        {
-            taken[i] = true;
-            result.push(stored[i].clone());
-        }
-    }
-    for (i, item) in stored.iter().enumerate() {
-        if !taken[i] && !is_owned(item) {
-            result.push(item.clone());
-        }
-    }
-    result
-}
-
-/// Whether the structural schema below `.status` declares `segments`.
-fn schema_has(schema: &JSONSchemaProps, segments: &[String]) -> bool {
-    let Some((first, rest)) = segments.split_first() else {
-        return true;
-    };
-    if schema.x_kubernetes_preserve_unknown_fields == Some(true) {
-        return true;
-    }
-    match schema.properties.as_ref().and_then(|p| p.get(first)) {
-        Some(child) => schema_has(child, rest),
-        None => matches!(
-            &schema.additional_properties,
-            Some(JSONSchemaPropsOrBool::Schema(s)) if schema_has(s, rest)
-        ),
     }
 }
 

@@ -8,32 +8,18 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 
-use super::ObjectFields;
+use super::managed_fields::{ObjectFields, object_fields};
 use crate::observe::ObservedWriters;
 
 /// Why the cluster or a record could not be read.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum FetchError {
-    /// The resource is not served by the cluster.
     #[error("the cluster serves no resource {0} (RESOURCE.GROUP, e.g. widgets.example.com; a core resource alone)")]
     UnknownResource(String),
-    /// The API refused or failed.
     #[error("cannot read {what}: {source}")]
-    Kube {
-        /// What was being read.
-        what: String,
-        /// The client's error.
-        source: kube::Error,
-    },
-    /// The observed record could not be fetched.
+    Kube { what: String, source: kube::Error },
     #[error("cannot read the observed writes at {source_name}: {reason}")]
-    Observed {
-        /// The URL or file.
-        source_name: String,
-        /// Why.
-        reason: String,
-    },
+    Observed { source_name: String, reason: String },
 }
 
 /// Every object of `group`/`resource` (in `namespace`, or all), read in
@@ -75,7 +61,7 @@ pub async fn objects(
                 Some(ns) => format!("{ns}/{}", object.name_any()),
                 None => object.name_any(),
             };
-            fields.push(super::object_fields(&id, object.managed_fields(), conditions_key));
+            fields.push(object_fields(&id, object.managed_fields(), conditions_key));
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
@@ -108,7 +94,7 @@ pub async fn observed(source: &str) -> Result<ObservedWriters, FetchError> {
                 .header(hyper::header::HOST, authority.as_str())
                 .body(Empty::<Bytes>::new())
                 .map_err(|e| failed(e.to_string()))?;
-            let (status, body) = crate::http1::exchange(tcp, request).await.map_err(failed)?;
+            let (status, body) = crate::tools::http1::exchange(tcp, request).await.map_err(failed)?;
             if !status.is_success() {
                 return Err(failed(format!("HTTP {status}")));
             }

@@ -1,26 +1,19 @@
-//! The command line: `serve`, `check`, `review`, `gen-certs`, `unregister`.
-//! Every flag has a `STATUSGUARD_*` environment twin.
+//! The arguments of every command, as clap reads them. Every flag of
+//! `serve` has a `STATUSGUARD_*` environment twin.
 
-use std::io::{IsTerminal as _, Read as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
+use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-
-use crate::certs::{CertPolicy, names_for};
-use crate::decision::Endpoint;
-use crate::ownership::Ownership;
-use crate::pipeline::{Verdict, answer};
-use crate::rules::{ConfigMapRef, LoadError, RulesSource};
-use crate::server::ca::ManagedCerts;
-use crate::server::limits;
-use crate::server::{ServeConfig, Server, shutdown_signal};
-use crate::tls::{CertFiles, generate_certificates};
-use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::decision::Endpoint;
+use crate::rules::ConfigMapRef;
+use crate::server::ca::SecretRef;
+use crate::server::limits;
+use crate::webhooks::{FailurePolicy, WebhookTarget};
 
 /// `statusguard`'s arguments.
 #[derive(Debug, Parser)]
@@ -157,22 +150,6 @@ pub struct LimitArgs {
     pub request_timeout: Duration,
 }
 
-impl LimitArgs {
-    /// The server's limits from the flags.
-    pub fn limits(&self) -> limits::Limits {
-        let defaults = limits::Limits::default();
-        limits::Limits {
-            max_body_bytes: self.max_body_bytes,
-            max_inflight_bytes: self.max_inflight_bytes,
-            max_inflight_requests: self.max_inflight_requests,
-            max_connections: self.max_connections,
-            decision_threads: self.decision_threads.unwrap_or(defaults.decision_threads),
-            header_read_timeout: self.header_read_timeout,
-            request_timeout: self.request_timeout,
-        }
-    }
-}
-
 /// The observer of status writes (`GET /observed` on the admin port) and
 /// the Events of denied and trimmed writes.
 #[derive(Debug, Args)]
@@ -208,28 +185,13 @@ pub struct ObserveArgs {
     pub observe_queue_bytes: usize,
 }
 
-impl ObserveArgs {
-    /// The observer's configuration.
-    pub fn config(&self) -> crate::server::observer::ObserveConfig {
-        crate::server::observer::ObserveConfig {
-            rate_per_second: self.observe_rate,
-            max_identities: self.observe_max_identities,
-            event_interval: self.events.then_some(self.event_interval),
-            event_rate_per_second: self.event_rate,
-            event_burst: self.event_burst,
-            queue_bytes: self.observe_queue_bytes,
-            ..Default::default()
-        }
-    }
-}
-
 /// Certificates the server keeps itself, in a Secret its replicas share.
 #[derive(Debug, Args)]
 pub struct ManagedCertArgs {
     /// NAMESPACE/NAME of a Secret in which the server keeps a CA and its
     /// serving certificate, renewed and rotated (instead of --tls-cert).
     #[arg(long, env = "STATUSGUARD_MANAGE_CERTIFICATES", conflicts_with_all = ["tls_cert", "write_ca"])]
-    pub manage_certificates: Option<ConfigMapRef>,
+    pub manage_certificates: Option<SecretRef>,
     /// More names (DNS or IP) for the serving certificate, besides those of --webhook-target.
     #[arg(long = "cert-name", env = "STATUSGUARD_CERT_NAMES", value_delimiter = ',')]
     pub cert_names: Vec<String>,
@@ -389,18 +351,9 @@ pub struct ReviewArgs {
     pub ownership: PathBuf,
     /// Which endpoint to answer as.
     #[arg(long, value_enum, default_value = "validate", env = "STATUSGUARD_ENDPOINT")]
-    pub endpoint: EndpointArg,
+    pub endpoint: Endpoint,
     /// An AdmissionReview (admission.k8s.io/v1) as JSON; `-` reads standard input.
     pub review: PathBuf,
-}
-
-/// Which endpoint `review` answers as.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EndpointArg {
-    /// `/validate`.
-    Validate,
-    /// `/mutate`.
-    Mutate,
 }
 
 /// `statusguard gen-certs`.
@@ -414,374 +367,18 @@ pub struct GenCertsArgs {
     pub tls_sans: Vec<String>,
 }
 
-impl ServeArgs {
-    /// The server's configuration from the arguments.
-    pub fn into_config(self) -> ServeConfig {
-        let managed_certs = self.managed_certs.managed(self.webhooks.webhook_target.as_ref());
-        let rules = match (self.ownership, self.configmap) {
-            (Some(path), _) => RulesSource::File(path),
-            (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
-            (None, None) => RulesSource::Embedded,
+/// `--endpoint` takes the decision's own [`Endpoint`], by the name its
+/// metrics and logs use.
+impl ValueEnum for Endpoint {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Endpoint::Validate, Endpoint::Mutate]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let path = match self {
+            Endpoint::Validate => "`/validate`",
+            Endpoint::Mutate => "`/mutate`",
         };
-        let ownership_configmap = match &rules {
-            RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
-            _ => None,
-        };
-        let tls_files = match (self.tls.tls_cert, self.tls.tls_key) {
-            (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
-            _ => None,
-        };
-        ServeConfig {
-            rules,
-            listen: self.listen,
-            admin_listen: self.admin_listen,
-            tls_files,
-            tls_reload_interval: self.tls.tls_reload_interval,
-            write_ca: self.tls.write_ca,
-            tls_sans: self.tls.tls_sans,
-            limits: self.limits.limits(),
-            client_ca_file: self.tls.client_ca_file,
-            shutdown_delay: self.shutdown_delay,
-            shutdown_timeout: self.shutdown_timeout,
-            managed_certs: managed_certs.clone(),
-            registration: self.webhooks.registration(managed_certs.is_some(), ownership_configmap),
-            observe: self.observe.config(),
-        }
+        Some(PossibleValue::new(self.as_str()).help(path))
     }
-}
-
-impl ManagedCertArgs {
-    /// The managed certificates the flags ask for, if any; their names are
-    /// the webhook target's and --cert-name.
-    pub fn managed(&self, target: Option<&WebhookTarget>) -> Option<ManagedCerts> {
-        let secret = self.manage_certificates.clone()?;
-        let mut names = target.map(|t| names_for(t, &[])).unwrap_or_default();
-        names.extend(self.cert_names.iter().filter(|n| !n.is_empty()).cloned());
-        Some(ManagedCerts {
-            secret,
-            policy: CertPolicy {
-                names,
-                leaf_validity: self.cert_validity,
-                ca_validity: self.ca_validity,
-                overlap: self.cert_overlap,
-            },
-            check_interval: self.cert_check_interval,
-        })
-    }
-}
-
-impl WebhookArgs {
-    /// The registration the flags ask for, if any. Without
-    /// --webhook-ca-file, the caBundle is that of the certificates the
-    /// server keeps itself, if it does (`managed`). With the rules in a
-    /// ConfigMap, that ConfigMap's writes are checked too.
-    pub fn registration(self, managed: bool, ownership_configmap: Option<ConfigMapRef>) -> Option<Registration> {
-        let ca = match (self.webhook_ca_file, managed) {
-            (Some(path), _) => CaSource::File(path),
-            (None, true) => CaSource::Managed,
-            (None, false) => CaSource::None,
-        };
-        Some(Registration {
-            name: self.register_webhooks?,
-            target: self.webhook_target?,
-            ca,
-            failure_policy: self.webhook_failure_policy,
-            timeout_seconds: self.webhook_timeout_seconds,
-            namespace_selector: self.webhook_namespace_selector,
-            object_selector: self.webhook_object_selector,
-            resync: self.webhook_resync,
-            ownership_configmap,
-        })
-    }
-}
-
-/// Sets up logging to stderr in the chosen format; colour only when stderr
-/// is a terminal, so a file or a pipe gets no escape codes.
-pub fn init_logging(format: LogFormat, filter: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
-/// Runs a parsed command line. `on_second_signal` runs when `serve` gets a
-/// second SIGTERM or SIGINT while it drains (the binary exits at once).
-pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Command::Serve(args) => {
-            let server = Server::bind(args.into_config()).await?;
-            server.run(shutdown_signal(on_second_signal)).await;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check(args) => Ok(check(&args).await),
-        Command::Suggest(args) => suggest(&args).await,
-        Command::Probe(args) => {
-            let client = cluster_client().await?;
-            let client_cert = match (args.client_cert, args.client_key) {
-                (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
-                _ => None,
-            };
-            let options = crate::probe::ProbeOptions {
-                name: args.name,
-                configmap: args.configmap,
-                connect_to: args.connect_to,
-                timeout: args.timeout,
-                client_cert,
-            };
-            let probed = crate::probe::probe(&client, &options).await?;
-            for line in &probed {
-                println!("{line}");
-            }
-            if probed.is_empty() {
-                println!("no webhook is registered (the ownership document guards no resource): nothing to probe");
-            }
-            crate::probe::failures(&probed)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Unregister(args) => {
-            let client = cluster_client().await?;
-            let done = crate::webhooks::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
-                .await
-                .context("cannot unregister")?;
-            let mut text = String::new();
-            if let Some(configmap) = &done.stood_down {
-                text += &format!(
-                    "stood the servers down: ConfigMap {configmap} annotated statusguard.dev/registration=disabled\n"
-                );
-            }
-            for deleted in &done.deleted {
-                text += &format!("deleted {deleted}\n");
-            }
-            if done.deleted.is_empty() {
-                text += &format!("no webhook configuration named {} was registered\n", args.name);
-            }
-            print_out(&text);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Review(args) => Ok(review(&args)),
-        Command::GenCerts(args) => {
-            let certs = generate_certificates(&args.tls_sans)?;
-            std::fs::create_dir_all(&args.out_dir)
-                .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
-            for (name, pem) in [
-                ("ca.crt", &certs.ca_pem),
-                ("tls.crt", &certs.cert_pem),
-                ("tls.key", &certs.key_pem),
-            ] {
-                let path = args.out_dir.join(name);
-                std::fs::write(&path, pem).with_context(|| format!("cannot write {}", path.display()))?;
-            }
-            print_out(&format!(
-                "wrote ca.crt, tls.crt and tls.key to {}\n",
-                args.out_dir.display()
-            ));
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-/// Which version a resource's webhook rule will name, for `check`.
-fn version_note(r: &crate::ownership::ResourceRules) -> String {
-    match &r.version {
-        Some(version) => format!("version {version}"),
-        // A CRD's group has a dot; a group without one is built in.
-        None if !r.group.contains('.') => {
-            "every version (*): a built-in resource has no CRD to take it from, so writes are not converted; set version:"
-                .to_owned()
-        }
-        None => "version: its CRD's storage version, read by the server (every version, *, while there is no CRD)"
-            .to_owned(),
-    }
-}
-
-async fn check(args: &CheckArgs) -> ExitCode {
-    let source = match (&args.file, &args.configmap) {
-        (Some(file), _) => RulesSource::File(file.clone()),
-        (None, Some(configmap)) => RulesSource::ConfigMap(configmap.clone()),
-        (None, None) => {
-            eprintln!("statusguard check: give FILE or --configmap NAMESPACE/NAME");
-            return ExitCode::from(2);
-        }
-    };
-    let origin = source.to_string();
-    let checked = match &source {
-        RulesSource::ConfigMap(configmap) => match kube::Client::try_default().await {
-            Ok(client) => source.load(&client).await,
-            Err(e) => Err(LoadError::Kube {
-                configmap: configmap.clone(),
-                source: e,
-            }),
-        },
-        local => local.load_local(),
-    }
-    .map_err(|e| match e {
-        // The source is named once, in the heading.
-        LoadError::Invalid { source, .. } => source.problems(),
-        other => other.problems(),
-    });
-    match checked {
-        Ok(rules) => {
-            let mut text = format!("{origin}: valid: {}\n", rules.summary());
-            for r in rules.resources() {
-                text += &format!(
-                    "  {} (mode {}, conditions at status.{}, {})\n",
-                    r.name(),
-                    r.mode,
-                    r.conditions_path,
-                    version_note(r)
-                );
-                for w in &r.writers {
-                    let fields: Vec<String> = w.fields.iter().map(ToString::to_string).collect();
-                    text += &format!(
-                        "    {}: fields [{}], conditions [{}]\n",
-                        w.username,
-                        fields.join(", "),
-                        w.conditions.join(", ")
-                    );
-                }
-            }
-            if args.file.is_some() {
-                text += &writer_hints(&rules).await;
-            }
-            print_out(&text);
-            ExitCode::SUCCESS
-        }
-        Err(problems) => {
-            eprintln!("{origin}: invalid:");
-            for problem in problems {
-                eprintln!("  - {problem}");
-            }
-            ExitCode::from(1)
-        }
-    }
-}
-
-/// A client of the cluster the environment names (in-cluster config, or
-/// KUBECONFIG), for the commands that read or change it.
-async fn cluster_client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (in-cluster config, or KUBECONFIG)")
-}
-
-/// `statusguard suggest`: the objects and observed writes fetched, the
-/// drafts made and printed.
-async fn suggest(args: &SuggestArgs) -> anyhow::Result<ExitCode> {
-    let client = cluster_client().await?;
-    let mut observed = Vec::new();
-    for source in &args.observed {
-        observed.push(crate::suggest::fetch::observed(source).await?);
-    }
-    let mut drafts = Vec::new();
-    for name in &args.resources {
-        let (group, resource) = crate::suggest::split_resource_name(name);
-        let objects =
-            crate::suggest::fetch::objects(&client, &group, &resource, args.namespace.as_deref(), &args.conditions)
-                .await?;
-        drafts.push(crate::suggest::draft(
-            &group,
-            &resource,
-            &args.conditions,
-            &objects,
-            &observed,
-        ));
-    }
-    let text =
-        crate::suggest::render(&drafts).context("the draft is not a valid document (a bug: please report it)")?;
-    print!("{text}");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// When a cluster is reachable (in-cluster config or KUBECONFIG), a hint for
-/// every service-account writer that does not exist there: a misspelled
-/// writer owns nothing the webhook will ever see. Silent when no cluster is
-/// configured; never an error.
-async fn writer_hints(rules: &Ownership) -> String {
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let Ok(client) = kube::Client::try_default().await else {
-        return String::new();
-    };
-    let mut accounts: Vec<(&str, &str)> = rules
-        .resources()
-        .iter()
-        .flat_map(|r| &r.writers)
-        .filter_map(|w| w.username.strip_prefix("system:serviceaccount:")?.split_once(':'))
-        .collect();
-    accounts.sort();
-    accounts.dedup();
-    let lookups = async {
-        let mut hints = String::new();
-        for (namespace, name) in accounts {
-            let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), namespace);
-            match api.get_opt(name).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    hints += &format!("  hint: ServiceAccount {namespace}/{name} does not exist in the cluster\n")
-                }
-                Err(e) => return format!("  (cluster hints skipped: {e})\n"),
-            }
-        }
-        hints
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), lookups)
-        .await
-        .unwrap_or_else(|_| "  (cluster hints skipped: the cluster did not answer in 10 s)\n".to_owned())
-}
-
-/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
-fn print_out(text: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-fn review(args: &ReviewArgs) -> ExitCode {
-    let (rules, body) = match read_review_inputs(args) {
-        Ok(inputs) => inputs,
-        Err(e) => {
-            eprintln!("statusguard review: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    let endpoint = match args.endpoint {
-        EndpointArg::Validate => Endpoint::Validate,
-        EndpointArg::Mutate => Endpoint::Mutate,
-    };
-    let answer = answer(Some(&rules), &body, endpoint);
-    match &answer.verdict {
-        Verdict::Decided(_) => {
-            print_out(&format!("{}\n", String::from_utf8_lossy(&answer.body)));
-            ExitCode::SUCCESS
-        }
-        // What the server would send, and a non-zero exit: the input was bad.
-        Verdict::Refused { reason, .. } => {
-            print_out(&format!("{}\n", String::from_utf8_lossy(&answer.body)));
-            eprintln!("statusguard review: cannot decide: {reason}");
-            ExitCode::from(2)
-        }
-        Verdict::Failed { reason } => {
-            eprintln!("statusguard review: {reason}");
-            ExitCode::from(2)
-        }
-        Verdict::NotReady => ExitCode::from(2),
-    }
-}
-
-fn read_review_inputs(args: &ReviewArgs) -> anyhow::Result<(Ownership, Vec<u8>)> {
-    let rules = RulesSource::File(args.ownership.clone()).load_local()?;
-    let body = if args.review.as_os_str() == "-" {
-        let mut body = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut body)
-            .context("cannot read standard input")?;
-        body
-    } else {
-        std::fs::read(&args.review).with_context(|| format!("cannot read {}", args.review.display()))?
-    };
-    Ok((rules, body))
 }

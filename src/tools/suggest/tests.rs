@@ -1,6 +1,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use serde_json::{Value, json};
 
+use super::managed_fields::object_fields;
 use super::*;
 use crate::observe::{IdentityRecord, ResourceRecord};
 

@@ -32,17 +32,9 @@ use crate::tls::CertFiles;
 
 /// Why a probe could not run, or what a webhook answered wrong.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum ProbeError {
-    /// The Kubernetes API could not be read.
     #[error("cannot read {what}: {source}")]
-    Kube {
-        /// What was being read.
-        what: String,
-        /// The client's error.
-        source: kube::Error,
-    },
-    /// The validating configuration does not exist.
+    Kube { what: String, source: kube::Error },
     #[error("ValidatingWebhookConfiguration {0} not found (is the release installed under this name?)")]
     NotFound(String),
     /// The ownership document guards resources, but no webhook is registered.
@@ -50,27 +42,18 @@ pub enum ProbeError {
         "the ownership document in {configmap} guards {resources} resource(s) but {name} has no webhook: no server has registered them (are the pods running? their logs say why)"
     )]
     NotRegistered {
-        /// The configurations.
+        /// The configurations' name.
         name: String,
-        /// The ConfigMap.
         configmap: ConfigMapRef,
         /// How many resources the document guards.
         resources: usize,
     },
-    /// The ownership document could not be read.
     #[error(transparent)]
     Document(#[from] LoadError),
-    /// The client certificate to present does not load.
     #[error("the client certificate: {0}")]
     ClientCertificate(crate::tls::TlsError),
-    /// One or more webhooks did not answer as they should.
     #[error("{failed} of {total} webhook(s) failed the probe")]
-    Failed {
-        /// How many failed.
-        failed: usize,
-        /// How many were probed.
-        total: usize,
-    },
+    Failed { failed: usize, total: usize },
 }
 
 /// One webhook's probe.
@@ -78,7 +61,6 @@ pub enum ProbeError {
 pub struct Probed {
     /// The configuration's kind and the webhook's name.
     pub webhook: String,
-    /// Where it was called.
     pub url: String,
     /// How long the call took, or why it failed.
     pub result: Result<Duration, String>,
@@ -111,7 +93,6 @@ pub struct ProbeOptions {
     /// (a port-forward, or a machine without cluster DNS); TLS still checks
     /// the configuration's name.
     pub connect_to: Option<String>,
-    /// Limit on each call.
     pub timeout: Duration,
     /// A client certificate and key to present, for a server that requires
     /// one (`--client-ca-file`).
@@ -322,7 +303,7 @@ async fn call(target: &Target, resource: &Resource, identity: Option<&ClientIden
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(review)))
         .map_err(|e| e.to_string())?;
-    let (status, body) = crate::http1::exchange(stream, request).await?;
+    let (status, body) = super::http1::exchange(stream, request).await?;
     if !status.is_success() {
         return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()));
     }
@@ -402,73 +383,4 @@ pub fn failures(probed: &[Probed]) -> Result<(), ProbeError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::decision::{Endpoint, Outcome};
-    use crate::ownership::Ownership;
-    use crate::pipeline::{Verdict, answer};
-
-    /// The client certificate is loaded once, with its key checked against
-    /// it; a wrong pair is named before any webhook is called.
-    #[test]
-    fn a_client_certificate_loads_only_with_its_own_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let (one, other) = (
-            crate::tls::generate_certificates(&[]).unwrap(),
-            crate::tls::generate_certificates(&[]).unwrap(),
-        );
-        let files = CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &one.cert_pem).unwrap();
-        std::fs::write(&files.key, &one.key_pem).unwrap();
-        let identity = ClientIdentity::load(&files).unwrap();
-        assert_eq!(identity.chain.len(), 1);
-        std::fs::write(&files.key, &other.key_pem).unwrap();
-        assert!(matches!(
-            ClientIdentity::load(&files),
-            Err(crate::tls::TlsError::KeyMismatch(_))
-        ));
-    }
-
-    /// The probe's review is what the server reads as a status UPDATE of the
-    /// guarded resource, and it is allowed in every mode at both endpoints:
-    /// a failed probe then means the path, not the write.
-    #[test]
-    fn the_probe_review_is_a_guarded_no_op_every_mode_allows() {
-        let resource = Resource {
-            group: "example.com".to_owned(),
-            version: "v1".to_owned(),
-            resource: "widgets".to_owned(),
-        };
-        let body = serde_json::to_vec(&probe_review(&resource, "uid-probe")).unwrap();
-        for mode in ["enforce", "trim", "audit"] {
-            let text =
-                include_str!("../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
-            let rules = Ownership::from_yaml(&text).unwrap();
-            for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-                let answered = answer(Some(&rules), &body, endpoint);
-                assert_eq!(answered.http_status, 200, "{mode}/{}", endpoint.as_str());
-                let Verdict::Decided(decision) = answered.verdict else {
-                    panic!("{mode}/{}: not decided: {:?}", endpoint.as_str(), answered.verdict);
-                };
-                assert_eq!(decision.outcome, Outcome::Allowed, "{mode}/{}", endpoint.as_str());
-                assert_eq!(
-                    decision.labels.resource, "widgets",
-                    "{mode}: not read as the guarded resource"
-                );
-                let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&answered.body).unwrap();
-                let response = review.response.unwrap();
-                assert_eq!(response.uid, "uid-probe");
-                assert!(
-                    response.allowed,
-                    "{mode}/{}: {}",
-                    endpoint.as_str(),
-                    response.result.message
-                );
-                assert!(response.patch.is_none(), "{mode}: a no-op was patched");
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,121 @@
+//! `statusguard serve`: the flags translated into the server's
+//! configuration, in [`config`], then the server run until a signal.
+
+use std::process::ExitCode;
+
+use crate::certs::{CertPolicy, names_for};
+use crate::cli::args::ServeArgs;
+use crate::rules::RulesSource;
+use crate::server::ca::ManagedCerts;
+use crate::server::limits::Limits;
+use crate::server::observer::ObserveConfig;
+use crate::server::{ServeConfig, Server, shutdown_signal};
+use crate::tls::CertFiles;
+use crate::webhooks::{CaSource, Registration};
+
+pub(crate) async fn run(args: ServeArgs, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {
+    let server = Server::bind(config(args)).await?;
+    server.run(shutdown_signal(on_second_signal)).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The server's configuration from the flags: every translation of a flag
+/// into what the server holds is here, and only here.
+pub(crate) fn config(args: ServeArgs) -> ServeConfig {
+    let rules = match (args.ownership, args.configmap) {
+        (Some(path), _) => RulesSource::File(path),
+        (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
+        (None, None) => RulesSource::Embedded,
+    };
+
+    let tls = args.tls;
+    let tls_files = match (tls.tls_cert, tls.tls_key) {
+        (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
+        _ => None,
+    };
+
+    // Managed certificates are valid for the webhook target's names and --cert-name.
+    let certs = args.managed_certs;
+    let webhooks = args.webhooks;
+    let managed_certs = certs.manage_certificates.map(|secret| {
+        let mut names = webhooks
+            .webhook_target
+            .as_ref()
+            .map(|target| names_for(target, &[]))
+            .unwrap_or_default();
+        names.extend(certs.cert_names.into_iter().filter(|name| !name.is_empty()));
+        ManagedCerts {
+            secret,
+            policy: CertPolicy {
+                names,
+                leaf_validity: certs.cert_validity,
+                ca_validity: certs.ca_validity,
+                overlap: certs.cert_overlap,
+            },
+            check_interval: certs.cert_check_interval,
+        }
+    });
+
+    // Without --webhook-ca-file, the caBundle is that of the certificates
+    // the server keeps itself, if it does.
+    let ca = match (webhooks.webhook_ca_file, managed_certs.is_some()) {
+        (Some(path), _) => CaSource::File(path),
+        (None, true) => CaSource::Managed,
+        (None, false) => CaSource::None,
+    };
+    let registration = match (webhooks.register_webhooks, webhooks.webhook_target) {
+        (Some(name), Some(target)) => Some(Registration {
+            name,
+            target,
+            ca,
+            failure_policy: webhooks.webhook_failure_policy,
+            timeout_seconds: webhooks.webhook_timeout_seconds,
+            namespace_selector: webhooks.webhook_namespace_selector,
+            object_selector: webhooks.webhook_object_selector,
+            resync: webhooks.webhook_resync,
+            // With the rules in a ConfigMap, that ConfigMap's writes are checked too.
+            ownership_configmap: match &rules {
+                RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
+                _ => None,
+            },
+        }),
+        _ => None,
+    };
+
+    let limits = args.limits;
+    let observe = args.observe;
+    ServeConfig {
+        rules,
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        tls_files,
+        tls_reload_interval: tls.tls_reload_interval,
+        write_ca: tls.write_ca,
+        tls_sans: tls.tls_sans,
+        limits: Limits {
+            max_body_bytes: limits.max_body_bytes,
+            max_inflight_bytes: limits.max_inflight_bytes,
+            max_inflight_requests: limits.max_inflight_requests,
+            max_connections: limits.max_connections,
+            decision_threads: limits
+                .decision_threads
+                .unwrap_or_else(|| Limits::default().decision_threads),
+            header_read_timeout: limits.header_read_timeout,
+            request_timeout: limits.request_timeout,
+        },
+        client_ca_file: tls.client_ca_file,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_timeout: args.shutdown_timeout,
+        managed_certs,
+        registration,
+        observe: ObserveConfig {
+            rate_per_second: observe.observe_rate,
+            max_identities: observe.observe_max_identities,
+            event_interval: observe.events.then_some(observe.event_interval),
+            event_rate_per_second: observe.event_rate,
+            event_burst: observe.event_burst,
+            queue_bytes: observe.observe_queue_bytes,
+            ..Default::default()
+        },
+    }
+}
