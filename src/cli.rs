@@ -10,15 +10,16 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::certs::{CertPolicy, names_for};
+use crate::cluster::certs::files::CertFiles;
+use crate::cluster::certs::policy::generate_certificates;
+use crate::cluster::certs::policy::{CertPolicy, names_for};
+use crate::cluster::certs::secret::ManagedCerts;
 use crate::decision::Endpoint;
 use crate::ownership::Ownership;
 use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
-use crate::server::ca::ManagedCerts;
 use crate::server::limits;
 use crate::server::{ServeConfig, Server, shutdown_signal};
-use crate::tls::{CertFiles, generate_certificates};
 use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 

@@ -27,8 +27,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::json;
 use tokio_rustls::TlsConnector;
 
+use crate::cluster::certs::files::CertFiles;
 use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
-use crate::tls::CertFiles;
 
 /// Why a probe could not run, or what a webhook answered wrong.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +62,7 @@ pub enum ProbeError {
     Document(#[from] LoadError),
     /// The client certificate to present does not load.
     #[error("the client certificate: {0}")]
-    ClientCertificate(crate::tls::TlsError),
+    ClientCertificate(crate::server::tls::TlsError),
     /// One or more webhooks did not answer as they should.
     #[error("{failed} of {total} webhook(s) failed the probe")]
     Failed {
@@ -273,10 +273,10 @@ struct ClientIdentity {
 }
 
 impl ClientIdentity {
-    fn load(files: &CertFiles) -> Result<Self, crate::tls::TlsError> {
+    fn load(files: &CertFiles) -> Result<Self, crate::server::tls::TlsError> {
         // Loaded as a served pair is, which also checks that the key fits.
         let (certified, pem) = files.load()?;
-        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| crate::tls::TlsError::Pem {
+        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| crate::server::tls::TlsError::Pem {
             path: files.key.clone(),
             message: e.to_string(),
         })?;
@@ -295,7 +295,7 @@ async fn call(target: &Target, resource: &Resource, identity: Option<&ClientIden
             .add(cert.clone())
             .map_err(|e| format!("the caBundle's certificate is unusable: {e}"))?;
     }
-    let tls = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
+    let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots);
@@ -414,8 +414,8 @@ mod tests {
     fn a_client_certificate_loads_only_with_its_own_key() {
         let dir = tempfile::tempdir().unwrap();
         let (one, other) = (
-            crate::tls::generate_certificates(&[]).unwrap(),
-            crate::tls::generate_certificates(&[]).unwrap(),
+            crate::cluster::certs::policy::generate_certificates(&[]).unwrap(),
+            crate::cluster::certs::policy::generate_certificates(&[]).unwrap(),
         );
         let files = CertFiles {
             cert: dir.path().join("tls.crt"),
@@ -428,7 +428,7 @@ mod tests {
         std::fs::write(&files.key, &other.key_pem).unwrap();
         assert!(matches!(
             ClientIdentity::load(&files),
-            Err(crate::tls::TlsError::KeyMismatch(_))
+            Err(crate::server::tls::TlsError::KeyMismatch(_))
         ));
     }
 

@@ -27,7 +27,7 @@ fn trusted(bundle: &str, cert: &str, name: &str, time: SystemTime) -> bool {
     for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
         roots.add(ca.unwrap()).unwrap();
     }
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::tls::crypto_provider())
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::server::tls::crypto_provider())
         .build()
         .unwrap();
     let leaf = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();

@@ -17,6 +17,9 @@
 //!
 //! Certificates are back-dated by [`BACKDATE`] against clock skew between
 //! the server and the API server.
+//!
+//! This is also the one home of rcgen (the development CA of `serve` and
+//! `gen-certs` is made by the same functions) and of PEM and X.509 parsing.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -25,58 +28,57 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use x509_parser::extensions::GeneralName;
 
 /// How far back a new certificate's validity starts.
-pub const BACKDATE: Duration = Duration::from_secs(60);
+pub(crate) const BACKDATE: Duration = Duration::from_secs(60);
+
+/// How long the development CA and certificate of `serve` without
+/// certificates, and of `gen-certs`, are valid: long enough never to be
+/// renewed in development.
+const DEVELOPMENT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// The keys of the Secret.
-pub mod keys {
+pub(crate) mod keys {
     /// The trust bundle: the newest CA first, then the one it replaces
     /// during a rotation.
-    pub const CA_BUNDLE: &str = "ca.crt";
+    pub(crate) const CA_BUNDLE: &str = "ca.crt";
     /// The newest CA's certificate, which signs serving certificates.
-    pub const CA_CERT: &str = "ca-signing.crt";
-    /// The newest CA's private key.
-    pub const CA_KEY: &str = "ca.key";
-    /// The serving certificate.
-    pub const TLS_CERT: &str = "tls.crt";
-    /// Its private key.
-    pub const TLS_KEY: &str = "tls.key";
+    pub(crate) const CA_CERT: &str = "ca-signing.crt";
+    pub(crate) const CA_KEY: &str = "ca.key";
+    pub(crate) const TLS_CERT: &str = "tls.crt";
+    pub(crate) const TLS_KEY: &str = "tls.key";
 }
 
 /// What the server's certificates must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertPolicy {
+pub(crate) struct CertPolicy {
     /// Every DNS name and IP address the serving certificate carries.
-    pub names: BTreeSet<String>,
+    pub(crate) names: BTreeSet<String>,
     /// How long a serving certificate is valid.
-    pub leaf_validity: Duration,
+    pub(crate) leaf_validity: Duration,
     /// How long a CA is valid.
-    pub ca_validity: Duration,
+    pub(crate) ca_validity: Duration,
     /// How long a new CA is trusted before it signs what is served, and how
     /// long the old CA is still trusted after.
-    pub overlap: Duration,
+    pub(crate) overlap: Duration,
 }
 
-/// What the Secret holds (PEM text).
+/// What the Secret holds (PEM text), one field per key of [`keys`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Stored {
-    /// The trust bundle.
-    pub ca_bundle: String,
-    /// The newest CA.
-    pub ca_cert: String,
-    /// Its key.
-    pub ca_key: String,
-    /// The serving certificate.
-    pub tls_cert: String,
-    /// Its key.
-    pub tls_key: String,
+pub(crate) struct Stored {
+    pub(crate) ca_bundle: String,
+    pub(crate) ca_cert: String,
+    pub(crate) ca_key: String,
+    pub(crate) tls_cert: String,
+    pub(crate) tls_key: String,
 }
 
 /// What to do with the Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// It holds what it should.
     Keep,
     /// Write this, for this reason.
@@ -92,6 +94,17 @@ pub enum CertError {
     Generate(#[from] rcgen::Error),
 }
 
+/// The certificates of a PEM bundle, in order; sections of other kinds
+/// (keys) are skipped, a malformed section is an error.
+pub(crate) fn pem_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, pem::Error> {
+    CertificateDer::pem_slice_iter(pem).collect()
+}
+
+/// The first private key of a PEM text.
+pub(crate) fn pem_private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, pem::Error> {
+    PrivateKeyDer::from_pem_slice(pem)
+}
+
 /// What [`next`] reads of a certificate.
 #[derive(Debug, Clone)]
 struct Facts {
@@ -102,9 +115,8 @@ struct Facts {
     names: BTreeSet<String>,
 }
 
-fn facts(pem: &[u8]) -> Option<Facts> {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
-    let cert = pem.parse_x509().ok()?;
+fn facts_der(der: &[u8]) -> Option<Facts> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let mut names = BTreeSet::new();
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
@@ -133,14 +145,15 @@ fn facts(pem: &[u8]) -> Option<Facts> {
     })
 }
 
+/// The first certificate of a PEM text.
+fn facts(pem: &str) -> Option<Facts> {
+    facts_der(CertificateDer::from_pem_slice(pem.as_bytes()).ok()?.as_ref())
+}
+
 /// Every certificate of a PEM bundle.
 fn bundle_facts(pem: &str) -> Option<Vec<Facts>> {
-    let blocks: Vec<String> = pem
-        .split_inclusive("-----END CERTIFICATE-----")
-        .filter(|b| b.contains("-----BEGIN CERTIFICATE-----"))
-        .map(str::to_owned)
-        .collect();
-    blocks.iter().map(|b| facts(b.trim_start().as_bytes())).collect()
+    let certificates = pem_certificates(pem.as_bytes()).ok()?;
+    certificates.iter().map(|der| facts_der(der.as_ref())).collect()
 }
 
 fn unix(time: SystemTime) -> i64 {
@@ -167,13 +180,17 @@ fn due(f: &Facts, now: i64) -> bool {
     f.not_after - now < lifetime / 3
 }
 
-/// A new CA, valid from now (back-dated) for `validity`; unique by name, so
-/// that a serving certificate's issuer names its CA.
-fn new_ca(now: i64, validity: Duration) -> Result<(String, String), CertError> {
+/// A certificate and its private key, in PEM.
+#[derive(Debug, Clone)]
+struct Pair {
+    cert: String,
+    key: String,
+}
+
+/// A new CA called `name`, valid from now (back-dated) for `validity`.
+fn new_ca(name: &str, now: i64, validity: Duration) -> Result<Pair, CertError> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("statusguard CA {now}"));
+    params.distinguished_name.push(DnType::CommonName, name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -184,17 +201,26 @@ fn new_ca(now: i64, validity: Duration) -> Result<(String, String), CertError> {
     params.not_after = offset(now.saturating_add(secs(validity)));
     let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok(Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
 }
 
-/// A serving certificate for `policy.names`, signed by the CA, never valid
-/// beyond it.
-fn new_leaf(now: i64, policy: &CertPolicy, ca_cert: &str, ca_key: &str) -> Result<(String, String), CertError> {
-    let ca_key = KeyPair::from_pem(ca_key)?;
-    let ca_end = facts(ca_cert.as_bytes()).map_or(i64::MAX, |f| f.not_after);
-    let issuer = Issuer::from_ca_cert_pem(ca_cert, ca_key)?;
+/// The CA of the Secret; unique by name, so that a serving certificate's
+/// issuer names its CA.
+fn new_managed_ca(now: i64, validity: Duration) -> Result<Pair, CertError> {
+    new_ca(&format!("statusguard CA {now}"), now, validity)
+}
+
+/// A serving certificate for `names` (DNS names or IP addresses), signed by
+/// `ca`, valid from now (back-dated) for `validity` but never beyond the CA.
+fn new_leaf(now: i64, names: &BTreeSet<String>, validity: Duration, ca: &Pair) -> Result<Pair, CertError> {
+    let ca_key = KeyPair::from_pem(&ca.key)?;
+    let ca_end = facts(&ca.cert).map_or(i64::MAX, |f| f.not_after);
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    for name in &policy.names {
+    for name in names {
         params.subject_alt_names.push(match name.parse::<IpAddr>() {
             Ok(ip) => rcgen::SanType::IpAddress(ip),
             Err(_) => rcgen::SanType::DnsName(name.clone().try_into()?),
@@ -204,36 +230,65 @@ fn new_leaf(now: i64, policy: &CertPolicy, ca_cert: &str, ca_key: &str) -> Resul
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.not_before = offset(now - secs(BACKDATE));
-    params.not_after = offset(now.saturating_add(secs(policy.leaf_validity)).min(ca_end));
+    params.not_after = offset(now.saturating_add(secs(validity)).min(ca_end));
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok(Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+/// A development CA and a serving certificate it signed, in PEM.
+#[derive(Debug, Clone)]
+pub struct GeneratedCertificates {
+    /// The CA certificate that verifies the serving certificate.
+    pub ca_pem: String,
+    /// The serving certificate.
+    pub cert_pem: String,
+    /// The serving certificate's private key.
+    pub key_pem: String,
+}
+
+/// Makes a development CA and a serving certificate for localhost,
+/// 127.0.0.1, ::1 and every name in `extra_sans` (DNS names or IPs).
+pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertificates, CertError> {
+    let now = unix(SystemTime::now());
+    let ca = new_ca("statusguard development CA", now, DEVELOPMENT_VALIDITY)?;
+    let mut names: BTreeSet<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).into();
+    names.extend(extra_sans.iter().filter(|s| !s.is_empty()).cloned());
+    let leaf = new_leaf(now, &names, DEVELOPMENT_VALIDITY, &ca)?;
+    Ok(GeneratedCertificates {
+        ca_pem: ca.cert,
+        cert_pem: leaf.cert,
+        key_pem: leaf.key,
+    })
 }
 
 fn fresh(now: i64, policy: &CertPolicy, why: String) -> Result<Step, CertError> {
-    let (ca_cert, ca_key) = new_ca(now, policy.ca_validity)?;
-    let (tls_cert, tls_key) = new_leaf(now, policy, &ca_cert, &ca_key)?;
+    let ca = new_managed_ca(now, policy.ca_validity)?;
+    let leaf = new_leaf(now, &policy.names, policy.leaf_validity, &ca)?;
     Ok(Step::Write(
         Box::new(Stored {
-            ca_bundle: ca_cert.clone(),
-            ca_cert,
-            ca_key,
-            tls_cert,
-            tls_key,
+            ca_bundle: ca.cert.clone(),
+            ca_cert: ca.cert,
+            ca_key: ca.key,
+            tls_cert: leaf.cert,
+            tls_key: leaf.key,
         }),
         why,
     ))
 }
 
 /// What the Secret should hold next; see the module's rules.
-pub fn next(stored: Option<&Stored>, policy: &CertPolicy, now: SystemTime) -> Result<Step, CertError> {
+pub(crate) fn next(stored: Option<&Stored>, policy: &CertPolicy, now: SystemTime) -> Result<Step, CertError> {
     let now = unix(now);
     let Some(stored) = stored.filter(|s| !s.ca_cert.is_empty()) else {
         return fresh(now, policy, "no certificate stored yet".to_owned());
     };
     let parsed = (
-        facts(stored.ca_cert.as_bytes()),
-        facts(stored.tls_cert.as_bytes()),
+        facts(&stored.ca_cert),
+        facts(&stored.tls_cert),
         bundle_facts(&stored.ca_bundle),
         KeyPair::from_pem(&stored.ca_key).ok(),
         KeyPair::from_pem(&stored.tls_key).ok(),
@@ -248,10 +303,10 @@ pub fn next(stored: Option<&Stored>, policy: &CertPolicy, now: SystemTime) -> Re
     let mut next = stored.clone();
     // 1. A CA in its last third: trust a new one beside it.
     if due(&ca, now) && bundle.len() == 1 {
-        let (ca_cert, ca_key) = new_ca(now, policy.ca_validity)?;
-        next.ca_bundle = format!("{}{}", ca_cert, stored.ca_bundle);
-        next.ca_cert = ca_cert;
-        next.ca_key = ca_key;
+        let new = new_managed_ca(now, policy.ca_validity)?;
+        next.ca_bundle = format!("{}{}", new.cert, stored.ca_bundle);
+        next.ca_cert = new.cert;
+        next.ca_key = new.key;
         return Ok(Step::Write(
             Box::new(next),
             "CA rotation: a new CA is trusted beside the old one".to_owned(),
@@ -270,9 +325,13 @@ pub fn next(stored: Option<&Stored>, policy: &CertPolicy, now: SystemTime) -> Re
         None
     };
     if let Some(why) = why {
-        let (tls_cert, tls_key) = new_leaf(now, policy, &next.ca_cert, &next.ca_key)?;
-        next.tls_cert = tls_cert;
-        next.tls_key = tls_key;
+        let ca = Pair {
+            cert: next.ca_cert.clone(),
+            key: next.ca_key.clone(),
+        };
+        let leaf = new_leaf(now, &policy.names, policy.leaf_validity, &ca)?;
+        next.tls_cert = leaf.cert;
+        next.tls_key = leaf.key;
         return Ok(Step::Write(Box::new(next), why.to_owned()));
     }
     // 3. The old CA, once nothing it signed is served any more.
@@ -287,13 +346,13 @@ pub fn next(stored: Option<&Stored>, policy: &CertPolicy, now: SystemTime) -> Re
 }
 
 /// When a PEM certificate stops being valid (Unix seconds), for metrics.
-pub fn not_after(pem: &str) -> Option<i64> {
-    facts(pem.as_bytes()).map(|f| f.not_after)
+pub(crate) fn not_after(pem: &str) -> Option<i64> {
+    facts(pem).map(|f| f.not_after)
 }
 
 /// The names a serving certificate needs for the webhook at `target`, and
 /// `extra`: a Service's DNS names, or a URL's host.
-pub fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
+pub(crate) fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = extra.iter().filter(|n| !n.is_empty()).cloned().collect();
     match target {
         crate::webhooks::WebhookTarget::Service { namespace, name, .. } => {
@@ -305,19 +364,13 @@ pub fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> B
             ]);
         }
         crate::webhooks::WebhookTarget::Url(url) => {
-            let host = url
-                .trim_start_matches("https://")
-                .split(['/', '?', '#'])
-                .next()
-                .unwrap_or_default();
-            // [v6]:port, host:port, or host alone.
-            let host = match host.strip_prefix('[') {
-                Some(v6) => v6.split(']').next().unwrap_or_default(),
-                None => host.rsplit_once(':').map_or(host, |(h, _)| h),
-            };
-            if !host.is_empty() {
-                names.insert(host.to_owned());
-            }
+            let uri = url.parse::<hyper::Uri>().ok();
+            // An IPv6 host comes in brackets, which a certificate does not carry.
+            let host = uri
+                .as_ref()
+                .and_then(hyper::Uri::host)
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+            names.extend(host.filter(|h| !h.is_empty()).map(str::to_owned));
         }
     }
     names
