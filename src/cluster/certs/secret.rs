@@ -82,24 +82,25 @@ fn data(stored: &Stored) -> BTreeMap<String, ByteString> {
 }
 
 /// Reads the Secret, writes it where it must change, and returns what it
-/// then holds. Creates it when it does not exist (where RBAC allows; the
-/// chart creates it empty instead). Of 5 attempts, each after another
-/// replica's write won, the last gives up with [`CaError::Contended`].
-pub(crate) async fn sync(client: &Client, managed: &ManagedCerts) -> Result<Stored, CaError> {
+/// then holds. Creates it when it does not exist (RBAC must allow `create`:
+/// a deleted Secret is recreated with `in_hand`, what this replica serves).
+/// Of 5 attempts, each after another replica's write won, the last gives
+/// up with [`CaError::Contended`].
+pub(crate) async fn sync(client: &Client, managed: &ManagedCerts, in_hand: Option<&Stored>) -> Result<Stored, CaError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &managed.secret.namespace);
     let contention = ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(10))
         .with_max_delay(Duration::from_millis(200))
         .with_jitter()
         .with_max_times(4);
-    (|| sync_once(&api, managed))
+    (|| sync_once(&api, managed, in_hand))
         .retry(contention)
         .when(|e| matches!(e, CaError::Contended(_)))
         .await
 }
 
 /// One read, and at most one write.
-async fn sync_once(api: &Api<Secret>, managed: &ManagedCerts) -> Result<Stored, CaError> {
+async fn sync_once(api: &Api<Secret>, managed: &ManagedCerts, in_hand: Option<&Stored>) -> Result<Stored, CaError> {
     let secret_name = managed.secret.to_string();
     let kube_error = |source| CaError::Kube {
         secret: secret_name.clone(),
@@ -107,7 +108,7 @@ async fn sync_once(api: &Api<Secret>, managed: &ManagedCerts) -> Result<Stored, 
     };
     let current = api.get_opt(&managed.secret.name).await.map_err(kube_error)?;
     let held = current.as_ref().map(stored);
-    let (next_stored, why) = match next(held.as_ref(), &managed.policy, SystemTime::now())? {
+    let (next_stored, why) = match next(held.as_ref(), in_hand, &managed.policy, SystemTime::now())? {
         Step::Keep => return Ok(held.unwrap_or_default()),
         Step::Write(next_stored, why) => (*next_stored, why),
     };
@@ -175,7 +176,7 @@ pub(crate) async fn first(client: &Client, managed: &ManagedCerts) -> Stored {
     loop {
         // Without a limit of attempts this ends only with Ok; the loop only
         // spares a panic on the impossible.
-        let synced = (|| sync(client, managed))
+        let synced = (|| sync(client, managed, None))
             .retry(backoff)
             .notify(|e, delay| tracing::warn!(error = %e, retry_in = ?delay, "cannot get the serving certificates yet; not serving until then"))
             .await;
@@ -198,7 +199,7 @@ pub(crate) async fn keep(
     tick.tick().await;
     loop {
         tick.tick().await;
-        match sync(&client, &managed).await {
+        match sync(&client, &managed, Some(&loaded)).await {
             Ok(stored) if stored == loaded => {}
             Ok(stored) => match load(&stored, &target, &app) {
                 Ok(()) => {
