@@ -324,7 +324,7 @@ impl Server {
             background.spawn(watch::watch_configmap(client, configmap, app.clone()));
         }
         if let Some((client, managed, target, stored)) = managed_certs {
-            background.spawn(ca::keep(client, managed, target, app.clone(), stored));
+            background.spawn(ca::keep(client, managed, target, app.clone(), Some(stored)));
         }
         if let Some((client, registration)) = registration {
             background.spawn(register::keep_registered(client, registration, app.clone()));

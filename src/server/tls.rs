@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -127,23 +127,49 @@ pub(crate) fn generated(extra_sans: &[String]) -> Result<(CertifiedKey, Generate
 /// Serves whichever key pair was loaded last; new handshakes see a swap at
 /// once, connections already established keep theirs.
 #[derive(Debug)]
-pub struct SwappableCert(ArcSwap<CertifiedKey>);
+pub struct SwappableCert(ArcSwapOption<CertifiedKey>);
 
 impl SwappableCert {
     /// Serves `key` until another is stored.
     pub fn new(key: CertifiedKey) -> Arc<Self> {
-        Arc::new(Self(ArcSwap::from_pointee(key)))
+        Arc::new(Self(ArcSwapOption::from_pointee(key)))
+    }
+
+    /// Serves nothing (every handshake fails) until a key is stored: for a
+    /// server that opens its ports before its first certificate, so that
+    /// its probes answer meanwhile.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the server's wiring, to open the admin port before the first Secret sync"
+        )
+    )]
+    pub(crate) fn empty() -> Arc<Self> {
+        Arc::new(Self(ArcSwapOption::empty()))
     }
 
     /// Serves `key` to every new handshake from now on.
     pub fn store(&self, key: CertifiedKey) {
-        self.0.store(Arc::new(key));
+        self.0.store(Some(Arc::new(key)));
+    }
+
+    /// Whether a key was stored: readiness waits for it.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the server's readiness, once it opens before the first Secret sync"
+        )
+    )]
+    pub(crate) fn is_serving(&self) -> bool {
+        self.0.load().is_some()
     }
 }
 
 impl ResolvesServerCert for SwappableCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.load_full())
+        self.0.load_full()
     }
 }
 
@@ -332,6 +358,15 @@ mod tests {
             client_verifier(truncated.as_bytes(), path),
             Err(TlsError::Pem { .. })
         ));
+    }
+
+    #[test]
+    fn an_empty_resolver_serves_nothing_until_a_key_is_stored() {
+        let resolver = SwappableCert::empty();
+        assert!(!resolver.is_serving());
+        let (key, _) = generated(&[]).unwrap();
+        resolver.store(key);
+        assert!(resolver.is_serving());
     }
 
     #[test]

@@ -187,25 +187,37 @@ pub(crate) async fn first(client: &Client, managed: &ManagedCerts) -> Stored {
 }
 
 /// Keeps the certificates in step with the Secret until the process ends.
+/// With nothing `loaded` yet, it starts with [`first`] and serves what that
+/// returns: a server can open its ports (with [`SwappableCert::empty`])
+/// before its first certificate and let its probes answer meanwhile.
 pub(crate) async fn keep(
     client: Client,
     managed: ManagedCerts,
     target: Arc<SwappableCert>,
     app: Arc<App>,
-    mut loaded: Stored,
+    mut loaded: Option<Stored>,
 ) {
     let mut tick = tokio::time::interval(managed.check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
+    if loaded.is_some() {
+        // The first tick is at once: what was loaded was read just now.
+        tick.tick().await;
+    }
     loop {
         tick.tick().await;
-        match sync(&client, &managed, Some(&loaded)).await {
-            Ok(stored) if stored == loaded => {}
+        let synced = match &loaded {
+            Some(held) => sync(&client, &managed, Some(held)).await,
+            None => Ok(first(&client, &managed).await),
+        };
+        match synced {
+            Ok(stored) if loaded.as_ref() == Some(&stored) => {}
             Ok(stored) => match load(&stored, &target, &app) {
                 Ok(()) => {
                     tracing::info!(secret = %managed.secret, "serving the Secret's new certificates");
-                    app.metrics.tls_reload(true);
-                    loaded = stored;
+                    if loaded.is_some() {
+                        app.metrics.tls_reload(true);
+                    }
+                    loaded = Some(stored);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the Secret's new certificates do not load; keeping those in service");
