@@ -1,6 +1,6 @@
-//! Reading certificates and keys: PEM with rustls-pki-types, X.509 with
-//! x509-parser. Nothing here trusts what it reads: a section that does not
-//! parse is reported, never a panic.
+//! Reading certificates, keys and the Secret's parts: PEM with
+//! rustls-pki-types, X.509 with x509-parser. Nothing here trusts what it
+//! reads: what does not parse or does not fit is reported, never a panic.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -150,9 +150,9 @@ pub(super) enum Part {
 pub(super) struct Read {
     pub(super) ca: Part,
     pub(super) leaf: Part,
-    /// The readable certificates of `ca.crt`, and the CA certificate
-    /// whatever its key (an issuer to look for).
+    /// The readable certificates of `ca.crt`.
     pub(super) bundle: Vec<Cert>,
+    /// `ca-signing.crt` whatever its key: an issuer to look for.
     ca_cert: Option<Cert>,
     pub(super) bundle_broken: bool,
 }
