@@ -38,13 +38,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let files = statusguard::tls::CertFiles {
+        let files = statusguard::cluster::certs::files::CertFiles {
             cert: cert.to_owned(),
             key: key.to_owned(),
         };
         let (key, _) = files.load()?;
-        let resolver = statusguard::tls::SwappableCert::new(key);
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::tls::server_config(resolver)?));
+        let resolver = statusguard::server::tls::SwappableCert::new(key);
+        let acceptor =
+            tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::server::tls::server_config(resolver)?));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let limits = statusguard::server::accept::AcceptLimits::of(&Default::default());
         statusguard::server::accept::serve_tls(
@@ -289,7 +290,7 @@ struct Bench {
 impl Bench {
     fn new(seconds: u64) -> Result<Self, Error> {
         let dir = tempfile::tempdir()?;
-        let certs = statusguard::tls::generate_certificates(&[])?;
+        let certs = statusguard::cluster::certs::policy::generate_certificates(&[])?;
         std::fs::write(dir.path().join("tls.crt"), &certs.cert_pem)?;
         std::fs::write(dir.path().join("tls.key"), &certs.key_pem)?;
         Ok(Self { dir, seconds })

@@ -34,9 +34,9 @@
 //! - [`decision`]: the pure admission decision (deny, trim, or report), [`decision::decide`].
 //! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
-//! - with the `server` feature: [`server`] (the webhook), [`certs`] (the CA it keeps for
-//!   itself), [`webhooks`] (the webhook
-//!   configurations it keeps in step with the rules), [`tls`], [`metrics`], [`cli`]; these
+//! - with the `server` feature: [`server`] (the webhook), [`cluster`] (what it keeps in
+//!   step with the cluster: its certificates), [`webhooks`] (the webhook
+//!   configurations it keeps in step with the rules), [`metrics`], [`cli`]; these
 //!   serve the binary and may change with it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -55,15 +55,13 @@ mod value_budget;
 pub mod flush;
 
 #[cfg(feature = "server")]
-pub mod certs;
-#[cfg(feature = "server")]
 pub mod cli;
+#[cfg(feature = "server")]
+pub mod cluster;
 #[cfg(feature = "server")]
 pub mod metrics;
 #[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
-pub mod tls;
 #[cfg(feature = "server")]
 pub(crate) mod tools;
 #[cfg(feature = "server")]

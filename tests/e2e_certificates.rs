@@ -1,27 +1,61 @@
-//! Issue 13: certificates the server keeps itself. The chart is installed
-//! in its default certificate mode with lifetimes of seconds; two replicas
-//! run as its pods would and share its (initially empty) Secret. Under a
-//! steady stream of guarded status writes through the real API server, the
-//! serving certificate is renewed and the CA rotated, and not one webhook
-//! call fails.
+//! Certificates the server keeps itself. The chart is installed in its
+//! default certificate mode; two replicas run as its pods would and share
+//! its (initially empty) Secret, under a steady stream of guarded status
+//! writes through the real API server.
+//! - Issue 13: with lifetimes of seconds, the serving certificate is renewed
+//!   and the CA rotated, and not one webhook call fails.
+//! - Issue 23: the Secret deleted, emptied, its keys mismatched and garbage
+//!   in its `ca.crt`: each is recovered (with the same CA where one is
+//!   usable), no replica exits, and not one webhook call fails.
 //!
-//! One test in its own binary: it installs a release with cluster-wide webhooks.
+//! Each test installs a release with cluster-wide webhooks: they take turns
+//! ([`ONE_AT_A_TIME`]), so that one's webhook never answers the other's writes.
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
 use support::chart::Release;
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, free_port, metric, tls_connector};
+
+/// Held by each test for its whole run.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Uninstalls a release when dropped, even when its test failed: its
+/// cluster-wide `Fail` webhooks must not outlive the servers that answer them.
+struct Uninstall {
+    home: std::path::PathBuf,
+    release: &'static str,
+    namespace: &'static str,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        // No hooks: the pre-delete Job has no kubelet to run it here.
+        let _ = support::chart::helm(&self.home)
+            .args([
+                "uninstall",
+                self.release,
+                "-n",
+                self.namespace,
+                "--no-hooks",
+                "--kubeconfig",
+            ])
+            .arg(&self.kubeconfig)
+            .output();
+    }
+}
 
 const RELEASE: &str = "certs";
 const NAMESPACE: &str = "statusguard-certificates";
@@ -48,6 +82,7 @@ fn bundle_size(pem: &[u8]) -> usize {
 
 #[tokio::test]
 async fn renewals_and_ca_rotations_under_load_fail_no_webhook_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let s = Scenario::new("e2e-certificates").await;
     let home = tempfile::tempdir().unwrap();
     let (port_a, port_b) = (free_port(), free_port());
@@ -59,6 +94,12 @@ async fn renewals_and_ca_rotations_under_load_fail_no_webhook_call() {
     );
     let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
     release.install(&values);
+    let _uninstall = Uninstall {
+        home: home.path().to_owned(),
+        release: RELEASE,
+        namespace: NAMESPACE,
+        kubeconfig: s.cluster.kubeconfig.clone(),
+    };
     let args = release.server_args(home.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let kubeconfig = s
@@ -170,4 +211,220 @@ async fn renewals_and_ca_rotations_under_load_fail_no_webhook_call() {
         )
         .await;
     }
+}
+
+const RECOVERY_RELEASE: &str = "recovery";
+const RECOVERY_NAMESPACE: &str = "statusguard-certificates-recovery";
+const RECOVERY_SECRET: &str = "recovery-statusguard-tls";
+
+/// What the Secret holds, by key; empty when it is gone.
+async fn secret_data(secrets: &Api<Secret>) -> BTreeMap<String, Vec<u8>> {
+    let secret = secrets.get_opt(RECOVERY_SECRET).await.unwrap();
+    let data = secret.and_then(|s| s.data).unwrap_or_default();
+    data.into_iter().map(|(k, v)| (k, v.0)).collect()
+}
+
+/// Writes `data` as the whole of the Secret's data.
+async fn overwrite(secrets: &Api<Secret>, data: BTreeMap<String, Vec<u8>>) {
+    let mut secret = secrets.get(RECOVERY_SECRET).await.unwrap();
+    secret.data = Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect());
+    secrets
+        .replace(RECOVERY_SECRET, &PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Does `key` (PEM) belong to the first certificate of `cert` (PEM)?
+fn fits(cert: &[u8], key: &[u8]) -> bool {
+    let Ok(key) = rcgen::KeyPair::from_pem(&String::from_utf8_lossy(key)) else {
+        return false;
+    };
+    let Ok(der) = CertificateDer::from_pem_slice(cert) else {
+        return false;
+    };
+    x509_parser::parse_x509_certificate(der.as_ref())
+        .is_ok_and(|(_, cert)| cert.public_key().subject_public_key.data.as_ref() == key.public_key_raw())
+}
+
+/// The Secret holds a usable state, and every replica serves its serving
+/// certificate (so trusted by its bundle); returns that state.
+async fn recovered(secrets: &Api<Secret>, replicas: &mut [&mut BinaryServer], what: &str) -> BTreeMap<String, Vec<u8>> {
+    for replica in replicas.iter_mut() {
+        assert_alive(replica);
+    }
+    let ports: Vec<u16> = replicas.iter().map(|r| r.tls).collect();
+    support::wait::retry_until(Duration::from_secs(20), what, || async {
+        let data = secret_data(secrets).await;
+        let part = |key: &str| data.get(key).cloned().unwrap_or_default();
+        let (bundle, ca, leaf) = (part("ca.crt"), part("ca-signing.crt"), part("tls.crt"));
+        if !fits(&leaf, &part("tls.key")) || !fits(&ca, &part("ca.key")) {
+            return Err("a key does not fit its certificate".to_owned());
+        }
+        let trusted: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&bundle).filter_map(Result::ok).collect();
+        if !trusted.iter().any(|c| c.as_ref() == der(&ca)) {
+            return Err("ca.crt does not hold ca-signing.crt".to_owned());
+        }
+        for port in &ports {
+            match presented(*port, &String::from_utf8_lossy(&bundle)).await {
+                Some(served) if served == der(&leaf) => {}
+                other => return Err(format!("port {port} serves {:?} bytes", other.map(|c| c.len()))),
+            }
+        }
+        Ok(data.clone())
+    })
+    .await
+}
+
+fn assert_alive(replica: &mut BinaryServer) {
+    let exited = replica.process.0.try_wait().unwrap();
+    assert!(exited.is_none(), "a replica exited ({exited:?}):\n{}", replica.log());
+}
+
+/// Issue 23: the Secret is deleted, emptied, its keys mismatched and its
+/// `ca.crt` garbage, one after the other, while two replicas serve and the
+/// API server sends them guarded writes: each time the Secret is back to a
+/// usable state, with the same CA except where the CA's own key was
+/// replaced (then a new CA through the overlap), no replica exits, and no
+/// webhook call fails. Then a replica started on mismatched keys repairs
+/// them and becomes ready.
+#[tokio::test]
+async fn every_damage_to_the_secret_is_recovered_without_a_failed_call_or_an_exit() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let s = Arc::new(Scenario::new("e2e-certificates-recovery").await);
+    let home = tempfile::tempdir().unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let example = include_str!("../examples/ownership.yaml");
+    let indented: String = example.lines().map(|l| format!("  {l}\n")).collect();
+    let values = format!(
+        "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\ncertificates:\n  server: {{validity: 1h, caValidity: 24h, overlap: 3s, checkInterval: 300ms}}\n"
+    );
+    let release = Release::new(home.path(), RECOVERY_RELEASE, RECOVERY_NAMESPACE, &s.cluster.kubeconfig);
+    release.install(&values);
+    let _uninstall = Uninstall {
+        home: home.path().to_owned(),
+        release: RECOVERY_RELEASE,
+        namespace: RECOVERY_NAMESPACE,
+        kubeconfig: s.cluster.kubeconfig.clone(),
+    };
+    let args = release.server_args(home.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let kubeconfig = s
+        .cluster
+        .service_account_kubeconfig(RECOVERY_NAMESPACE, "recovery-statusguard")
+        .await;
+    let env = [("KUBECONFIG", kubeconfig.as_path())];
+    let (dir_a, dir_b) = (home.path().join("a"), home.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let (mut a, mut b) = tokio::join!(
+        BinaryServer::start_on(port_a, &dir_a, &args, &env),
+        BinaryServer::start_on(port_b, &dir_b, &args, &env)
+    );
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), RECOVERY_NAMESPACE);
+    let first = recovered(&secrets, &mut [&mut a, &mut b], "the first certificates").await;
+    let ca_made = tokio::time::Instant::now();
+    let ca = first["ca-signing.crt"].clone();
+    s.create_widget("w", json!({"observedGeneration": 1, "replicas": 1}))
+        .await;
+    s.wait_until_called(&["endpoint=\"validate\""], || a.metrics()).await;
+
+    // Guarded writes all along, each through replica A.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let s = s.clone();
+        tokio::spawn(async move {
+            let (mut written, mut failed) = (0, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                written += 1;
+                let answer = s
+                    .merge_patch_status(&s.scaler, "w", json!({"status": {"replicas": written}}))
+                    .await;
+                if answer.code != 200 {
+                    failed.push((answer.code, answer.message().to_owned()));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (written, failed)
+        })
+    };
+
+    // Deleted: recreated, with the CA the replicas hold.
+    secrets.delete(RECOVERY_SECRET, &Default::default()).await.unwrap();
+    let now = recovered(&secrets, &mut [&mut a, &mut b], "the deleted Secret is recreated").await;
+    assert!(now["ca-signing.crt"] == ca, "the same CA after deletion");
+
+    // Emptied (what a forced replacement leaves): the same CA again.
+    overwrite(&secrets, BTreeMap::new()).await;
+    let now = recovered(&secrets, &mut [&mut a, &mut b], "the emptied Secret is refilled").await;
+    assert!(now["ca-signing.crt"] == ca, "the same CA after emptying");
+
+    // Garbage in ca.crt: the bundle is written again, nothing else changes.
+    let mut garbage = now.clone();
+    garbage.insert("ca.crt".to_owned(), b"garbage".to_vec());
+    overwrite(&secrets, garbage).await;
+    let after = recovered(&secrets, &mut [&mut a, &mut b], "ca.crt is repaired").await;
+    assert!(after["ca-signing.crt"] == ca, "the same CA after garbage in ca.crt");
+    assert!(after["tls.crt"] == now["tls.crt"], "the same serving certificate");
+
+    // tls.key of another pair: a new serving certificate by the same CA,
+    // once the CA has been trusted for the overlap (before, the replicas
+    // write back the pair they serve).
+    tokio::time::sleep_until(ca_made + Duration::from_secs(4)).await;
+    let mut mismatched = after.clone();
+    let foreign = rcgen::KeyPair::generate().unwrap().serialize_pem().into_bytes();
+    mismatched.insert("tls.key".to_owned(), foreign);
+    overwrite(&secrets, mismatched).await;
+    let now = recovered(&secrets, &mut [&mut a, &mut b], "a tls.key that fits").await;
+    assert!(now["ca-signing.crt"] == ca, "the same CA after a foreign tls.key");
+    assert!(now["tls.crt"] != after["tls.crt"], "a new serving certificate");
+
+    // ca.key of another CA: a new CA through the overlap, to the end of it.
+    let mut mismatched = now.clone();
+    let foreign = rcgen::KeyPair::generate().unwrap().serialize_pem().into_bytes();
+    mismatched.insert("ca.key".to_owned(), foreign);
+    overwrite(&secrets, mismatched).await;
+    let now = recovered(&secrets, &mut [&mut a, &mut b], "a ca.key that fits").await;
+    assert!(now["ca-signing.crt"] != ca, "a new CA");
+    support::wait::eventually(
+        Duration::from_secs(20),
+        "the rotation ends with the new CA alone",
+        || async {
+            let data = secret_data(&secrets).await;
+            bundle_size(&data["ca.crt"]) == 1 && data["ca.crt"] == data["ca-signing.crt"]
+        },
+    )
+    .await;
+    let rotated = recovered(&secrets, &mut [&mut a, &mut b], "the rotated certificates").await;
+    assert!(
+        rotated["ca-signing.crt"] == now["ca-signing.crt"],
+        "the CA of the repair"
+    );
+
+    stop.store(true, Ordering::SeqCst);
+    let (written, failed) = writer.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {written} writes failed: {failed:?}\nA:\n{}\nB:\n{}",
+        failed.len(),
+        a.log(),
+        b.log()
+    );
+    assert!(written > 20, "{written} writes");
+
+    // A pod that starts on mismatched keys repairs them and becomes ready.
+    drop((a, b));
+    let mut mismatched = rotated.clone();
+    for key in ["tls.key", "ca.key"] {
+        let foreign = rcgen::KeyPair::generate().unwrap().serialize_pem().into_bytes();
+        mismatched.insert(key.to_owned(), foreign);
+    }
+    overwrite(&secrets, mismatched).await;
+    let dir_c = home.path().join("c");
+    std::fs::create_dir_all(&dir_c).unwrap();
+    let mut c = BinaryServer::start_on(port_a, &dir_c, &args, &env).await;
+    c.wait_ready().await;
+    recovered(&secrets, &mut [&mut c], "a new replica repairs the keys").await;
 }

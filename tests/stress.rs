@@ -457,7 +457,7 @@ struct CertVolume {
 }
 
 impl CertVolume {
-    fn new(dir: &Path, certs: &statusguard::tls::GeneratedCertificates) -> Self {
+    fn new(dir: &Path, certs: &statusguard::cluster::certs::policy::GeneratedCertificates) -> Self {
         let mut volume = Self {
             dir: dir.to_owned(),
             generation: 0,
@@ -469,7 +469,7 @@ impl CertVolume {
         volume
     }
 
-    fn swap(&mut self, certs: &statusguard::tls::GeneratedCertificates) {
+    fn swap(&mut self, certs: &statusguard::cluster::certs::policy::GeneratedCertificates) {
         self.generation += 1;
         let folder = format!("..2026_12_03_{:02}", self.generation);
         std::fs::create_dir_all(self.dir.join(&folder)).unwrap();
@@ -680,8 +680,8 @@ async fn racing_writers_and_faults_roll_nothing_back_and_lose_nothing() {
     // trusts the CA of today and the one the rotation will use.
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join("tls")).unwrap();
-    let first = statusguard::tls::generate_certificates(&[]).unwrap();
-    let rotated = statusguard::tls::generate_certificates(&[]).unwrap();
+    let first = statusguard::cluster::certs::policy::generate_certificates(&[]).unwrap();
+    let rotated = statusguard::cluster::certs::policy::generate_certificates(&[]).unwrap();
     std::fs::write(
         home.path().join("ca-bundle.pem"),
         format!("{}{}", first.ca_pem, rotated.ca_pem),

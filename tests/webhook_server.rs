@@ -327,7 +327,7 @@ async fn a_half_written_rotation_keeps_the_old_pair_until_the_key_arrives() {
     let dir = tempfile::tempdir().unwrap();
     let first = write_pair(dir.path());
     let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
-    let next = statusguard::tls::generate_certificates(&[]).unwrap();
+    let next = statusguard::cluster::certs::policy::generate_certificates(&[]).unwrap();
     std::fs::write(dir.path().join("tls.crt"), &next.cert_pem).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     // The new certificate does not fit the old key: the old pair stays.

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::decision::Endpoint;
 use crate::rules::ConfigMapRef;
-use crate::server::ca::SecretRef;
+use crate::cluster::certs::secret::SecretRef;
 use crate::server::limits;
 use crate::webhooks::{FailurePolicy, WebhookTarget};
 

@@ -10,11 +10,11 @@ pub mod accept;
 pub mod admin;
 pub mod admission;
 pub mod app;
-pub mod ca;
 pub mod crds;
 pub mod limits;
 pub mod observer;
 pub mod register;
+pub mod tls;
 pub mod watch;
 
 use std::future::Future;
@@ -28,9 +28,11 @@ use tokio_rustls::TlsAcceptor;
 
 pub use app::App;
 
+use crate::cluster::certs::files::{CertFiles, ClientCaFile};
+use crate::cluster::certs::secret as ca;
 use crate::metrics::Metrics;
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
-use crate::tls::{self, CertFiles, ClientCaFile, PemFiles, SwappableCert, SwappableClientVerifier};
+use crate::server::tls::{PemPair, SwappableCert, SwappableClientVerifier};
 use crate::webhooks::Registration;
 
 /// Everything `serve` needs; the CLI fills it from flags and environment.
@@ -119,7 +121,7 @@ pub enum ServerError {
 struct CertReload {
     files: CertFiles,
     target: Arc<SwappableCert>,
-    loaded: PemFiles,
+    loaded: PemPair,
 }
 
 /// The client CA bundle and what was last loaded from it.
@@ -146,7 +148,12 @@ pub struct Server {
     client_ca_reload: Option<ClientCaReload>,
     configmap_watch: Option<ConfigMapWatch>,
     registration: Option<(kube::Client, Registration)>,
-    managed_certs: Option<(kube::Client, ca::ManagedCerts, Arc<SwappableCert>, crate::certs::Stored)>,
+    managed_certs: Option<(
+        kube::Client,
+        ca::ManagedCerts,
+        Arc<SwappableCert>,
+        crate::cluster::certs::policy::Stored,
+    )>,
     /// For the Events of denied and trimmed writes.
     client: Option<kube::Client>,
 }
@@ -219,8 +226,7 @@ impl Server {
                 (target, Some(reload))
             }
             (None, None) => {
-                let generated = tls::generate_certificates(&config.tls_sans)?;
-                let key = tls::certified_key(&PemFiles::generated(&generated))?;
+                let (key, generated) = tls::generated(&config.tls_sans)?;
                 if let Some(path) = &config.write_ca {
                     std::fs::write(path, &generated.ca_pem).map_err(|source| ServerError::WriteCa {
                         path: path.clone(),
@@ -318,7 +324,7 @@ impl Server {
             background.spawn(watch::watch_configmap(client, configmap, app.clone()));
         }
         if let Some((client, managed, target, stored)) = managed_certs {
-            background.spawn(ca::keep(client, managed, target, app.clone(), stored));
+            background.spawn(ca::keep(client, managed, target, app.clone(), Some(stored)));
         }
         if let Some((client, registration)) = registration {
             background.spawn(register::keep_registered(client, registration, app.clone()));

@@ -147,7 +147,8 @@ struct Pki {
 }
 
 fn make_pki() -> Result<Pki, rcgen::Error> {
-    let serving = statusguard::tls::generate_certificates(&[]).map_err(|e| rcgen::Error::PemError(e.to_string()))?;
+    let serving = statusguard::cluster::certs::policy::generate_certificates(&[])
+        .map_err(|e| rcgen::Error::PemError(e.to_string()))?;
 
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.distinguished_name.push(DnType::CommonName, "test client CA");

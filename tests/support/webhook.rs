@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use statusguard::cluster::certs::files::CertFiles;
+use statusguard::cluster::certs::policy::{GeneratedCertificates, generate_certificates};
 use statusguard::rules::RulesSource;
+use statusguard::server::tls::crypto_provider;
 use statusguard::server::{ServeConfig, Server};
-use statusguard::tls::{CertFiles, GeneratedCertificates, crypto_provider, generate_certificates};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 
 use super::print_out;
 use crate::cli::args::GenCertsArgs;
-use crate::tls::generate_certificates;
+use crate::cluster::certs::policy::generate_certificates;
 
 pub(crate) fn run(args: &GenCertsArgs) -> anyhow::Result<ExitCode> {
     let certs = generate_certificates(&args.tls_sans)?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::cluster_client;
 use crate::cli::args::ProbeArgs;
-use crate::tls::CertFiles;
+use crate::cluster::certs::files::CertFiles;
 use crate::tools::probe::{ProbeOptions, failures, probe};
 
 pub(crate) async fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {

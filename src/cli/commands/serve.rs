@@ -3,14 +3,14 @@
 
 use std::process::ExitCode;
 
-use crate::certs::{CertPolicy, names_for};
+use crate::cluster::certs::policy::{CertPolicy, names_for};
 use crate::cli::args::ServeArgs;
 use crate::rules::RulesSource;
-use crate::server::ca::ManagedCerts;
+use crate::cluster::certs::secret::ManagedCerts;
 use crate::server::limits::Limits;
 use crate::server::observer::ObserveConfig;
 use crate::server::{ServeConfig, Server, shutdown_signal};
-use crate::tls::CertFiles;
+use crate::cluster::certs::files::CertFiles;
 use crate::webhooks::{CaSource, Registration};
 
 pub(crate) async fn run(args: ServeArgs, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {

@@ -9,8 +9,8 @@ use crate::pipeline::{Verdict, answer};
 fn a_client_certificate_loads_only_with_its_own_key() {
     let dir = tempfile::tempdir().unwrap();
     let (one, other) = (
-        crate::tls::generate_certificates(&[]).unwrap(),
-        crate::tls::generate_certificates(&[]).unwrap(),
+        crate::cluster::certs::policy::generate_certificates(&[]).unwrap(),
+        crate::cluster::certs::policy::generate_certificates(&[]).unwrap(),
     );
     let files = CertFiles {
         cert: dir.path().join("tls.crt"),
@@ -23,7 +23,7 @@ fn a_client_certificate_loads_only_with_its_own_key() {
     std::fs::write(&files.key, &other.key_pem).unwrap();
     assert!(matches!(
         ClientIdentity::load(&files),
-        Err(crate::tls::TlsError::KeyMismatch(_))
+        Err(crate::server::tls::TlsError::KeyMismatch(_))
     ));
 }
 

@@ -1,23 +1,24 @@
 //! TLS for the webhook: rustls with the ring provider, TLS 1.2 and 1.3 only,
-//! certificates from files that are re-read when they change (including
-//! kubelet's `..data` symlink swap), or a development CA and serving
-//! certificate made at start with rcgen. Optionally, callers must present a
-//! client certificate from a CA bundle that is re-read the same way.
+//! serving whichever certificate was loaded last ([`SwappableCert`], fed by
+//! the file poll, the Secret loop, or a development certificate made at
+//! start). Optionally, callers must present a client certificate from a CA
+//! bundle that can be swapped the same way ([`SwappableClientVerifier`]).
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+
+use crate::cluster::certs::policy::{
+    CertError, GeneratedCertificates, generate_certificates, pem_certificates, pem_private_key,
+};
 
 /// The one crypto provider statusguard uses, chosen on purpose: ring is pure
 /// Rust plus assembly (no C toolchain or cmake), and kube's client uses it too.
@@ -57,9 +58,9 @@ pub enum TlsError {
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
-    /// rcgen could not make a certificate.
-    #[error("cannot generate a certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    /// The development certificate could not be made.
+    #[error(transparent)]
+    Generate(#[from] CertError),
     /// The client CA bundle holds a certificate that cannot be a trust anchor.
     #[error("{path}: not a usable CA certificate: {source}")]
     ClientCa {
@@ -78,123 +79,97 @@ pub enum TlsError {
     },
 }
 
-/// A CA and a serving certificate it signed, in PEM.
-#[derive(Debug, Clone)]
-pub struct GeneratedCertificates {
-    /// The CA certificate that verifies the serving certificate.
-    pub ca_pem: String,
-    /// The serving certificate.
-    pub cert_pem: String,
-    /// The serving certificate's private key.
-    pub key_pem: String,
-}
-
-/// Makes a development CA and a serving certificate for localhost,
-/// 127.0.0.1, ::1 and every name in `extra_sans` (DNS names or IPs).
-pub fn generate_certificates(extra_sans: &[String]) -> Result<GeneratedCertificates, TlsError> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "statusguard development CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_key = KeyPair::generate()?;
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-
-    let mut sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-    sans.extend(extra_sans.iter().filter(|s| !s.is_empty()).cloned());
-    sans.dedup();
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    for san in &sans {
-        params.subject_alt_names.push(match san.parse::<IpAddr>() {
-            Ok(ip) => rcgen::SanType::IpAddress(ip),
-            Err(_) => rcgen::SanType::DnsName(san.clone().try_into()?),
-        });
-    }
-    params.distinguished_name.push(DnType::CommonName, "statusguard");
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, &ca)?;
-    Ok(GeneratedCertificates {
-        ca_pem: ca.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
-}
-
-/// A certificate chain (leaf first) and its private key in PEM, with the
-/// files they came from (named in errors).
+/// A certificate chain (leaf first) and its private key in PEM, with where
+/// each came from (named in errors).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PemFiles {
+pub struct PemPair {
     /// The PEM certificate chain.
     pub cert: Vec<u8>,
     /// The PEM private key.
     pub key: Vec<u8>,
-    /// Where they were read.
-    pub origin: CertFiles,
-}
-
-impl PemFiles {
-    /// The serving pair of generated certificates.
-    pub fn generated(generated: &GeneratedCertificates) -> Self {
-        Self {
-            cert: generated.cert_pem.clone().into_bytes(),
-            key: generated.key_pem.clone().into_bytes(),
-            origin: CertFiles {
-                cert: "generated certificate".into(),
-                key: "generated key".into(),
-            },
-        }
-    }
+    /// Where the chain was read.
+    pub cert_origin: PathBuf,
+    /// Where the key was read.
+    pub key_origin: PathBuf,
 }
 
 /// Parses a PEM chain (leaf first) and its private key into a served key.
-pub fn certified_key(pem: &PemFiles) -> Result<CertifiedKey, TlsError> {
-    let chain = CertificateDer::pem_slice_iter(&pem.cert)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            path: pem.origin.cert.clone(),
-            message: e.to_string(),
-        })?;
+pub fn certified_key(pem: &PemPair) -> Result<CertifiedKey, TlsError> {
+    let chain = pem_certificates(&pem.cert).map_err(|e| TlsError::Pem {
+        path: pem.cert_origin.clone(),
+        message: e.to_string(),
+    })?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate {
-            path: pem.origin.cert.clone(),
+            path: pem.cert_origin.clone(),
         });
     }
-    let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| TlsError::Pem {
-        path: pem.origin.key.clone(),
+    let key = pem_private_key(&pem.key).map_err(|e| TlsError::Pem {
+        path: pem.key_origin.clone(),
         message: format!("no usable private key: {e}"),
     })?;
     CertifiedKey::from_der(chain, key, &crypto_provider()).map_err(TlsError::KeyMismatch)
 }
 
+/// A development CA and serving certificate made now (see
+/// [`generate_certificates`]): the key to serve, and the PEM of both.
+pub(crate) fn generated(extra_sans: &[String]) -> Result<(CertifiedKey, GeneratedCertificates), TlsError> {
+    let generated = generate_certificates(extra_sans)?;
+    let key = certified_key(&PemPair {
+        cert: generated.cert_pem.clone().into_bytes(),
+        key: generated.key_pem.clone().into_bytes(),
+        cert_origin: "generated certificate".into(),
+        key_origin: "generated key".into(),
+    })?;
+    Ok((key, generated))
+}
+
 /// Serves whichever key pair was loaded last; new handshakes see a swap at
 /// once, connections already established keep theirs.
 #[derive(Debug)]
-pub struct SwappableCert(ArcSwap<CertifiedKey>);
+pub struct SwappableCert(ArcSwapOption<CertifiedKey>);
 
 impl SwappableCert {
     /// Serves `key` until another is stored.
     pub fn new(key: CertifiedKey) -> Arc<Self> {
-        Arc::new(Self(ArcSwap::from_pointee(key)))
+        Arc::new(Self(ArcSwapOption::from_pointee(key)))
+    }
+
+    /// Serves nothing (every handshake fails) until a key is stored: for a
+    /// server that opens its ports before its first certificate, so that
+    /// its probes answer meanwhile.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the server's wiring, to open the admin port before the first Secret sync"
+        )
+    )]
+    pub(crate) fn empty() -> Arc<Self> {
+        Arc::new(Self(ArcSwapOption::empty()))
     }
 
     /// Serves `key` to every new handshake from now on.
     pub fn store(&self, key: CertifiedKey) {
-        self.0.store(Arc::new(key));
+        self.0.store(Some(Arc::new(key)));
+    }
+
+    /// Whether a key was stored: readiness waits for it.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the server's readiness, once it opens before the first Secret sync"
+        )
+    )]
+    pub(crate) fn is_serving(&self) -> bool {
+        self.0.load().is_some()
     }
 }
 
 impl ResolvesServerCert for SwappableCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.load_full())
+        self.0.load_full()
     }
 }
 
@@ -226,11 +201,11 @@ pub fn server_config_verifying_clients(
 /// `origin` names the file in errors.
 pub fn client_verifier(pem: &[u8], origin: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| TlsError::Pem {
-            path: origin.to_owned(),
-            message: e.to_string(),
-        })?;
+    let certificates = pem_certificates(pem).map_err(|e| TlsError::Pem {
+        path: origin.to_owned(),
+        message: e.to_string(),
+    })?;
+    for cert in certificates {
         roots.add(cert).map_err(|source| TlsError::ClientCa {
             path: origin.to_owned(),
             source,
@@ -319,171 +294,16 @@ impl ClientCertVerifier for SwappableClientVerifier {
     }
 }
 
-/// The PEM bundle of the CAs whose client certificates are accepted
-/// (`--client-ca-file`), re-read every interval like [`CertFiles`], so a
-/// rotated ConfigMap or Secret volume takes effect without a restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCaFile {
-    /// The PEM bundle.
-    pub path: PathBuf,
-}
-
-impl ClientCaFile {
-    fn read(&self) -> Result<Vec<u8>, TlsError> {
-        read_file(&self.path)
-    }
-
-    /// Loads the bundle once, for start-up: the verifier, and the bytes it came from.
-    pub fn load(&self) -> Result<(Arc<SwappableClientVerifier>, Vec<u8>), TlsError> {
-        let pem = self.read()?;
-        let verifier = client_verifier(&pem, &self.path)?;
-        Ok((SwappableClientVerifier::new(verifier), pem))
-    }
-
-    /// Polls the file until the process ends, swapping in each new valid
-    /// bundle; a bundle that does not load leaves the last good one in force.
-    /// `on_reload` hears of every attempt, `Ok` or not.
-    pub async fn watch(
-        self,
-        target: Arc<SwappableClientVerifier>,
-        loaded: Vec<u8>,
-        interval: Duration,
-        on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
-    ) {
-        let install = |pem: &Vec<u8>| {
-            let verifier = client_verifier(pem, &self.path)?;
-            target.store(verifier);
-            tracing::info!(file = %self.path.display(), "trusting a new client CA bundle for new connections");
-            Ok(())
-        };
-        poll_files(
-            "the client CA bundle",
-            interval,
-            loaded,
-            || self.read(),
-            install,
-            on_reload,
-        )
-        .await;
-    }
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// Reads `what` every `interval` until the process ends, and installs each
-/// new version that differs from the one in service. What fails to read or
-/// install is reported (once per version), the last good one stays.
-async fn poll_files<F: PartialEq>(
-    what: &str,
-    interval: Duration,
-    mut loaded: F,
-    read: impl Fn() -> Result<F, TlsError>,
-    install: impl Fn(&F) -> Result<(), TlsError>,
-    on_reload: impl Fn(Result<(), &TlsError>),
-) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The last version that failed to install, so that it is reported once.
-    let mut rejected: Option<F> = None;
-    loop {
-        tick.tick().await;
-        let files = match read() {
-            Ok(files) if files == loaded || rejected.as_ref() == Some(&files) => continue,
-            Ok(files) => files,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read {what}; keeping the one in service");
-                on_reload(Err(&e));
-                continue;
-            }
-        };
-        match install(&files) {
-            Ok(()) => {
-                loaded = files;
-                on_reload(Ok(()));
-            }
-            Err(e) => {
-                // A pair's other file may still be on its way: any later
-                // change is tried again on a later tick.
-                rejected = Some(files);
-                tracing::warn!(error = %e, "{what}: the new version does not load; keeping the one in service");
-                on_reload(Err(&e));
-            }
-        }
-    }
-}
-
-/// Certificate and key files, re-read every `interval`.
-///
-/// Re-reading by path, rather than watching for file events, also follows
-/// the `..data` symlink swap with which kubelet updates a Secret volume.
-/// A pair that fails to load (a half-written rotation: new certificate, old
-/// key) is reported and retried; the last good pair stays in service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertFiles {
-    /// The PEM certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// The PEM private key.
-    pub key: PathBuf,
-}
-
-impl CertFiles {
-    fn read(&self) -> Result<PemFiles, TlsError> {
-        Ok(PemFiles {
-            cert: read_file(&self.cert)?,
-            key: read_file(&self.key)?,
-            origin: self.clone(),
-        })
-    }
-
-    /// Loads the pair once, for start-up.
-    pub fn load(&self) -> Result<(CertifiedKey, PemFiles), TlsError> {
-        let pem = self.read()?;
-        Ok((certified_key(&pem)?, pem))
-    }
-
-    /// Polls the files until the process ends, swapping in each new valid pair.
-    /// `on_reload` hears of every attempt, `Ok` or not.
-    pub async fn watch(
-        self,
-        target: Arc<SwappableCert>,
-        loaded: PemFiles,
-        interval: Duration,
-        on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
-    ) {
-        let install = |pem: &PemFiles| {
-            target.store(certified_key(pem)?);
-            tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
-            Ok(())
-        };
-        poll_files(
-            "the TLS certificate and key",
-            interval,
-            loaded,
-            || self.read(),
-            install,
-            on_reload,
-        )
-        .await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pem(cert: &str, key: &str) -> PemFiles {
-        PemFiles {
+    fn pem(cert: &str, key: &str) -> PemPair {
+        PemPair {
             cert: cert.as_bytes().to_vec(),
             key: key.as_bytes().to_vec(),
-            origin: CertFiles {
-                cert: "c".into(),
-                key: "k".into(),
-            },
+            cert_origin: "c".into(),
+            key_origin: "k".into(),
         }
     }
 
@@ -541,10 +361,19 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_resolver_serves_nothing_until_a_key_is_stored() {
+        let resolver = SwappableCert::empty();
+        assert!(!resolver.is_serving());
+        let (key, _) = generated(&[]).unwrap();
+        resolver.store(key);
+        assert!(resolver.is_serving());
+    }
+
+    #[test]
     fn generated_certificates_load_and_mismatched_keys_do_not() {
         let a = generate_certificates(&["statusguard.svc".into()]).unwrap();
         let b = generate_certificates(&[]).unwrap();
-        assert!(certified_key(&PemFiles::generated(&a)).is_ok());
+        assert!(certified_key(&pem(&a.cert_pem, &a.key_pem)).is_ok());
         assert!(matches!(
             certified_key(&pem(&a.cert_pem, &b.key_pem)),
             Err(TlsError::KeyMismatch(_))

@@ -1,0 +1,3 @@
+//! What the server keeps in step with the cluster it runs in.
+
+pub mod certs;
