@@ -293,10 +293,10 @@ pub fn not_after(pem: &str) -> Option<i64> {
 
 /// The names a serving certificate needs for the webhook at `target`, and
 /// `extra`: a Service's DNS names, or a URL's host.
-pub fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
+pub fn names_for(target: &crate::cluster::registration::desired::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = extra.iter().filter(|n| !n.is_empty()).cloned().collect();
     match target {
-        crate::webhooks::WebhookTarget::Service { namespace, name, .. } => {
+        crate::cluster::registration::desired::WebhookTarget::Service { namespace, name, .. } => {
             names.extend([
                 name.clone(),
                 format!("{name}.{namespace}"),
@@ -304,7 +304,7 @@ pub fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> B
                 format!("{name}.{namespace}.svc.cluster.local"),
             ]);
         }
-        crate::webhooks::WebhookTarget::Url(url) => {
+        crate::cluster::registration::desired::WebhookTarget::Url(url) => {
             let host = url
                 .trim_start_matches("https://")
                 .split(['/', '?', '#'])

@@ -11,15 +11,18 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::certs::{CertPolicy, names_for};
+use crate::cluster::registration::desired::{CaSource, Registration, WebhookTarget};
 use crate::decision::Endpoint;
+use crate::ownership::FailurePolicy;
 use crate::ownership::Ownership;
 use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
+use crate::server::Server;
 use crate::server::ca::ManagedCerts;
+use crate::server::config::{CertSource, ServeConfig};
 use crate::server::limits;
-use crate::server::{ServeConfig, Server, shutdown_signal};
+use crate::server::shutdown::shutdown_signal;
 use crate::tls::{CertFiles, generate_certificates};
-use crate::webhooks::{CaSource, FailurePolicy, Registration, WebhookTarget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// `statusguard`'s arguments.
@@ -210,8 +213,8 @@ pub struct ObserveArgs {
 
 impl ObserveArgs {
     /// The observer's configuration.
-    pub fn config(&self) -> crate::server::observer::ObserveConfig {
-        crate::server::observer::ObserveConfig {
+    pub fn config(&self) -> crate::cluster::observer::ObserveConfig {
+        crate::cluster::observer::ObserveConfig {
             rate_per_second: self.observe_rate,
             max_identities: self.observe_max_identities,
             event_interval: self.events.then_some(self.event_interval),
@@ -423,24 +426,26 @@ impl ServeArgs {
             (None, Some(configmap)) => RulesSource::ConfigMap(configmap),
             (None, None) => RulesSource::Embedded,
         };
-        let tls_files = match (self.tls.tls_cert, self.tls.tls_key) {
-            (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
-            _ => None,
+        let registration = self.webhooks.registration(managed_certs.is_some());
+        let certs = match (managed_certs, self.tls.tls_cert, self.tls.tls_key) {
+            (Some(managed), _, _) => CertSource::Secret(managed),
+            (None, Some(cert), Some(key)) => CertSource::Files(CertFiles { cert, key }),
+            (None, _, _) => CertSource::Generated {
+                sans: self.tls.tls_sans,
+                write_ca: self.tls.write_ca,
+            },
         };
         ServeConfig {
             rules,
             listen: self.listen,
             admin_listen: self.admin_listen,
-            tls_files,
+            certs,
             tls_reload_interval: self.tls.tls_reload_interval,
-            write_ca: self.tls.write_ca,
-            tls_sans: self.tls.tls_sans,
             limits: self.limits.limits(),
             client_ca_file: self.tls.client_ca_file,
             shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
-            managed_certs: managed_certs.clone(),
-            registration: self.webhooks.registration(managed_certs.is_some()),
+            registration,
             observe: self.observe.config(),
         }
     }
@@ -540,9 +545,14 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
         }
         Command::Unregister(args) => {
             let client = cluster_client().await?;
-            let done = crate::webhooks::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
-                .await
-                .context("cannot unregister")?;
+            let done = crate::cluster::registration::unregister::unregister(
+                &client,
+                &args.name,
+                args.configmap.as_ref(),
+                args.settle,
+            )
+            .await
+            .context("cannot unregister")?;
             let mut text = String::new();
             if let Some(configmap) = &done.stood_down {
                 text += &format!(

@@ -35,9 +35,9 @@
 //! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
 //! - with the `server` feature: [`server`] (the webhook), [`certs`] (the CA it keeps for
-//!   itself), [`webhooks`] (the webhook
-//!   configurations it keeps in step with the rules), [`tls`], [`metrics`], [`cli`]; these
-//!   serve the binary and may change with it.
+//!   itself), [`tls`], [`metrics`], [`cli`]; these serve the binary and may change with it.
+//!   What it keeps in the cluster (the ConfigMap watch, the webhook configurations, Events)
+//!   is crate-private.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // Input comes from outside: nothing in the library may panic on it.
@@ -61,6 +61,8 @@ pub mod certs;
 #[cfg(feature = "server")]
 pub mod cli;
 #[cfg(feature = "server")]
+pub(crate) mod cluster;
+#[cfg(feature = "server")]
 mod http1;
 #[cfg(feature = "server")]
 pub mod metrics;
@@ -70,5 +72,3 @@ pub mod probe;
 pub mod server;
 #[cfg(feature = "server")]
 pub mod tls;
-#[cfg(feature = "server")]
-pub mod webhooks;

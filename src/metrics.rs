@@ -13,8 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-pub use crate::decision::UNCONFIGURED;
-use crate::decision::{Decision, Endpoint, ResourceLabels};
+use crate::decision::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -55,6 +54,31 @@ pub(crate) struct ObservedLabels {
 pub(crate) struct EventLabels {
     pub reason: &'static str,
     pub result: &'static str,
+}
+
+/// How a sync of the webhook configurations ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WebhookSync {
+    /// Applied from this rules generation.
+    Applied(u64),
+    /// The apply failed: what is registered stays registered.
+    Failed,
+    /// No valid rules yet: nothing is registered.
+    Waiting,
+    /// The ownership ConfigMap stands the servers down: nothing is applied.
+    StoodDown,
+}
+
+impl WebhookSync {
+    /// The `result` label of `statusguard_webhook_syncs_total`.
+    fn result(self) -> &'static str {
+        match self {
+            WebhookSync::Applied(_) => "applied",
+            WebhookSync::Failed => "error",
+            WebhookSync::Waiting => "waiting",
+            WebhookSync::StoodDown => "stood_down",
+        }
+    }
 }
 
 /// The server's metrics registry and the families it records into.
@@ -211,7 +235,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one answered review.
-    pub fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
+    pub(crate) fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
         // The decision's labels name only configured resources: bounded by configuration.
         let ResourceLabels { group, resource } = decision.labels.clone();
         for v in &decision.violations {
@@ -240,13 +264,13 @@ impl Metrics {
     }
 
     /// A request refused before its body was read: 413 (`too_large`) or 429 (`busy`).
-    pub fn refused_before_reading(&self, status: u16) {
+    pub(crate) fn refused_before_reading(&self, status: u16) {
         let result = if status == 413 { "too_large" } else { "busy" };
         self.refused_unread.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Records a review that could not be answered (bad input).
-    pub fn error(&self, endpoint: Endpoint, took: Duration) {
+    pub(crate) fn error(&self, endpoint: Endpoint, took: Duration) {
         self.requests
             .get_or_create(&RequestLabels {
                 endpoint: endpoint.as_str(),
@@ -263,7 +287,7 @@ impl Metrics {
     }
 
     /// Valid rules were put in force as `generation`.
-    pub fn rules_loaded(&self, generation: u64) {
+    pub(crate) fn rules_loaded(&self, generation: u64) {
         self.rules_generation.set(generation as i64);
         self.rules_stale.set(0);
         self.config_reloads
@@ -272,13 +296,13 @@ impl Metrics {
     }
 
     /// The source changed but could not be used; the rules in force stay.
-    pub fn rules_rejected(&self, result: &'static str) {
+    pub(crate) fn rules_rejected(&self, result: &'static str) {
         self.rules_stale.set(1);
         self.config_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// A certificate reload was tried.
-    pub fn tls_reload(&self, ok: bool) {
+    pub(crate) fn tls_reload(&self, ok: bool) {
         self.tls_reloads
             .get_or_create(&ResultLabels {
                 result: if ok { "success" } else { "error" },
@@ -286,28 +310,31 @@ impl Metrics {
             .inc();
     }
 
-    /// A webhook configuration sync ended with `result`; `applied` names
-    /// the rules generation now registered.
-    pub fn webhook_sync(&self, result: &'static str, applied: Option<u64>) {
+    /// A webhook configuration sync ended as `sync` says.
+    pub(crate) fn webhook_sync(&self, sync: WebhookSync) {
+        let result = sync.result();
         self.webhook_syncs.get_or_create(&ResultLabels { result }).inc();
-        match applied {
-            Some(generation) => {
+        match sync {
+            WebhookSync::Applied(generation) => {
                 self.webhooks_registered.set(1);
                 self.webhooks_generation.set(generation as i64);
             }
-            None => {
+            // A failed apply changes nothing in the cluster: what was
+            // registered (and from which generation) still is.
+            WebhookSync::Failed => {}
+            WebhookSync::Waiting | WebhookSync::StoodDown => {
                 self.webhooks_registered.set(0);
             }
         }
     }
 
     /// The serving certificate the server keeps itself ends at `not_after`.
-    pub fn serving_certificate_expiry(&self, not_after: Option<i64>) {
+    pub(crate) fn serving_certificate_expiry(&self, not_after: Option<i64>) {
         self.serving_certificate_expiry.set(not_after.unwrap_or_default());
     }
 
     /// The observer counted a write of `writer` (its bounded identity).
-    pub fn observed(&self, group: &str, resource: &str, writer: &str) {
+    pub(crate) fn observed(&self, group: &str, resource: &str, writer: &str) {
         self.observed_writes
             .get_or_create(&ObservedLabels {
                 group: group.to_owned(),
@@ -318,12 +345,12 @@ impl Metrics {
     }
 
     /// A write the observer did not read, and why.
-    pub fn observation_skipped(&self, result: &'static str) {
+    pub(crate) fn observation_skipped(&self, result: &'static str) {
         self.observations_skipped.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// An Event for a decision, and what became of it.
-    pub fn event(&self, reason: &'static str, result: &'static str) {
+    pub(crate) fn event(&self, reason: &'static str, result: &'static str) {
         self.events.get_or_create(&EventLabels { reason, result }).inc();
     }
 
@@ -333,5 +360,32 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(metrics: &Metrics, series: &str) -> Option<f64> {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    #[test]
+    fn a_failed_webhook_sync_leaves_what_is_registered_registered() {
+        let metrics = Metrics::default();
+        metrics.webhook_sync(WebhookSync::Applied(3));
+        metrics.webhook_sync(WebhookSync::Failed);
+        assert_eq!(value(&metrics, "statusguard_webhooks_registered"), Some(1.0));
+        assert_eq!(value(&metrics, "statusguard_webhooks_rules_generation"), Some(3.0));
+        assert_eq!(
+            value(&metrics, "statusguard_webhook_syncs_total{result=\"error\"}"),
+            Some(1.0)
+        );
+        metrics.webhook_sync(WebhookSync::StoodDown);
+        assert_eq!(value(&metrics, "statusguard_webhooks_registered"), Some(0.0));
     }
 }

@@ -9,10 +9,8 @@
 
 pub mod source;
 #[cfg(feature = "server")]
-pub mod store;
+pub(crate) mod store;
 
 pub use source::{ConfigMapRef, EMBEDDED_OWNERSHIP, LoadError, RulesSource, parse_document};
 #[cfg(feature = "client")]
 pub use source::{fetch_configmap, from_configmap};
-#[cfg(feature = "server")]
-pub use store::RuleStore;

@@ -20,7 +20,7 @@ use rustls::sign::CertifiedKey;
 
 use crate::certs::{CertPolicy, Step, Stored, keys, next};
 use crate::rules::ConfigMapRef;
-use crate::server::app::App;
+use crate::server::state::App;
 use crate::tls::{CertFiles, PemFiles, SwappableCert, certified_key};
 
 /// Where and how the server keeps its certificates.

@@ -9,7 +9,8 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use statusguard::rules::RulesSource;
-use statusguard::server::{ServeConfig, Server};
+use statusguard::server::Server;
+use statusguard::server::config::{CertSource, ServeConfig};
 use statusguard::tls::{CertFiles, GeneratedCertificates, crypto_provider, generate_certificates};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,16 +30,19 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         rules,
         listen: loopback(),
         admin_listen: loopback(),
-        tls_files,
+        certs: tls_files.map_or(
+            CertSource::Generated {
+                sans: vec![],
+                write_ca: None,
+            },
+            CertSource::Files,
+        ),
         tls_reload_interval: Duration::from_millis(200),
-        write_ca: None,
-        tls_sans: vec![],
         limits: Default::default(),
         client_ca_file: None,
         shutdown_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         registration: None,
-        managed_certs: None,
         observe: Default::default(),
     }
 }
@@ -47,7 +51,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
 pub struct RunningServer {
     pub tls: SocketAddr,
     pub admin: SocketAddr,
-    pub app: Arc<statusguard::server::App>,
+    pub app: Arc<statusguard::server::state::App>,
     stop: Option<oneshot::Sender<()>>,
     pub done: Option<tokio::task::JoinHandle<()>>,
 }

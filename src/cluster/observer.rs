@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::body::Bytes;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use tokio::sync::mpsc;
 
 use crate::decision::{Decision, Item, Outcome, Violation};
@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::observe::{Basis, COUNTED, ObservedWriters, Observer, ReviewedWrite, WriteFacts, project, read};
 use crate::ownership::Ownership;
 
-use super::watch::event_note;
+use super::events::{self, Events};
 
 /// How much the observer may do.
 #[derive(Debug, Clone)]
@@ -211,7 +211,6 @@ fn violation_bytes(violation: &Violation) -> usize {
 #[derive(Debug)]
 pub struct Observations {
     sender: mpsc::Sender<Job>,
-    receiver: Mutex<Option<mpsc::Receiver<Job>>>,
     bucket: Mutex<TokenBucket>,
     budget: ByteBudget,
     record: Arc<Mutex<Observer>>,
@@ -223,12 +222,12 @@ pub struct Observations {
 }
 
 impl Observations {
-    /// An empty record and queue.
-    pub fn new(config: ObserveConfig) -> Self {
+    /// An empty record and queue, and the observer that reads the queue
+    /// once it is [spawned](ObserverLoop::spawn).
+    pub fn new(config: ObserveConfig) -> (Self, ObserverLoop) {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        Self {
+        let observations = Self {
             sender,
-            receiver: Mutex::new(Some(receiver)),
             bucket: Mutex::new(TokenBucket::new(
                 config.rate_per_second,
                 config.rate_per_second,
@@ -243,7 +242,13 @@ impl Observations {
             config,
             since: SystemTime::now(),
             replica: std::env::var("POD_NAME").ok(),
-        }
+        };
+        let observer = ObserverLoop {
+            receiver,
+            record: observations.record.clone(),
+            config: observations.config.clone(),
+        };
+        (observations, observer)
     }
 
     /// Offers a decided status write of a guarded resource to the observer:
@@ -307,36 +312,45 @@ impl Observations {
         });
         snapshot
     }
+}
 
-    /// Starts the observer (and, with `client`, an event interval and an
-    /// event rate, the Events sender). Once only: later calls do nothing.
-    pub fn spawn(&self, metrics: Arc<Metrics>, client: Option<kube::Client>, tasks: &mut tokio::task::JoinSet<()>) {
-        let Some(receiver) = self.receiver.lock().ok().and_then(|mut r| r.take()) else {
-            return;
-        };
-        let events = match (client, self.config.event_interval) {
-            (Some(client), Some(interval)) if self.config.event_rate_per_second > 0 => {
+/// The observer's side of the queue: reads the offered writes into the
+/// record, and passes Events on.
+#[derive(Debug)]
+pub struct ObserverLoop {
+    receiver: mpsc::Receiver<Job>,
+    record: Arc<Mutex<Observer>>,
+    config: ObserveConfig,
+}
+
+impl ObserverLoop {
+    /// Starts the observer (and, with `events`, an event interval and an
+    /// event rate, the Events sender).
+    pub fn spawn(self, metrics: Arc<Metrics>, events: Option<Events>, tasks: &mut tokio::task::JoinSet<()>) {
+        let config = &self.config;
+        let events = match (events, config.event_interval) {
+            (Some(events), Some(interval)) if config.event_rate_per_second > 0 => {
                 let (sender, queue) = mpsc::channel(EVENT_QUEUE);
                 let limits = EventLimits::new(
                     interval,
-                    self.config.event_rate_per_second,
-                    self.config.event_burst,
+                    config.event_rate_per_second,
+                    config.event_burst,
                     Instant::now(),
                 );
-                tasks.spawn(send_events(client, queue, limits, metrics.clone()));
+                tasks.spawn(send_events(events, queue, limits, metrics.clone()));
                 Some(sender)
             }
             _ => None,
         };
         tracing::info!(
-            rate_per_second = self.config.rate_per_second,
-            queue_bytes = self.config.queue_bytes,
+            rate_per_second = config.rate_per_second,
+            queue_bytes = config.queue_bytes,
             events = events.is_some(),
-            event_rate_per_second = self.config.event_rate_per_second,
-            authenticated_callers = self.config.authenticated_callers,
+            event_rate_per_second = config.event_rate_per_second,
+            authenticated_callers = config.authenticated_callers,
             "observing status writes"
         );
-        tasks.spawn(observe(receiver, self.record.clone(), metrics, events));
+        tasks.spawn(observe(self.receiver, self.record, metrics, events));
     }
 }
 
@@ -406,7 +420,7 @@ async fn observe(
             continue;
         };
         let items: Vec<String> = violations.iter().map(ToString::to_string).collect();
-        let note = event_note(format!(
+        let note = events::note(format!(
             "status write by {} {}: it changed {}",
             write.facts.writer,
             stopped.verb(),
@@ -572,18 +586,11 @@ async fn find_object(client: &kube::Client, facts: &WriteFacts) -> Found {
 }
 
 async fn send_events(
-    client: kube::Client,
+    recorder: Events,
     mut queue: mpsc::Receiver<Pending>,
     mut limits: EventLimits,
     metrics: Arc<Metrics>,
 ) {
-    let reporter = Reporter {
-        controller: "statusguard".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    // kube-runtime's recorder: repeats of one (object, reason, writer) become
-    // one Event whose series counts them.
-    let recorder = Recorder::new(client.clone(), reporter);
     // Resources whose objects could not be read: warned of once each (a
     // missing grant would otherwise warn at every denial).
     let mut warned: HashSet<(String, String)> = HashSet::new();
@@ -598,7 +605,7 @@ async fn send_events(
                 continue;
             }
         };
-        match find_object(&client, facts).await {
+        match find_object(recorder.client(), facts).await {
             Found::Object => {}
             Found::Nothing(why) => {
                 tracing::debug!(why, group = %facts.group, resource = %facts.resource,

@@ -8,38 +8,23 @@
 //! `rules_stale` gauge and `config_reloads_total`, and a Warning Event on the
 //! ConfigMap (reason `InvalidOwnership`). Its annotation
 //! `statusguard.dev/registration: disabled` stands the webhook registration
-//! down (see [`crate::webhooks`]).
+//! down: the watch reads it into the [`Switch`] the registration follows.
 
 use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Client, Resource as _};
+use tokio::sync::watch;
 
+use super::events::{self, Events};
+use super::registration::Switch;
 use crate::ownership::CONFIGMAP_KEY;
+use crate::rules::store::RuleStore;
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
-use crate::server::app::App;
-use crate::webhooks::REGISTRATION_ANNOTATION;
-
-/// An Event note holds at most 1 kB.
-const EVENT_NOTE_BYTES: usize = 1000;
-
-/// `note` cut to what an Event holds, on a character boundary, with `...`
-/// where it was cut (the Events API refuses a longer note).
-pub(super) fn event_note(mut note: String) -> String {
-    if note.len() > EVENT_NOTE_BYTES {
-        let mut cut = EVENT_NOTE_BYTES - 3;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    note
-}
 
 /// What the watch last acted on: a re-list after a watch restart delivers
 /// the same object again, which changes nothing.
@@ -52,19 +37,23 @@ enum Seen {
     Document(Option<String>),
 }
 
-/// Watches the ConfigMap until the process ends. Watch errors (the API
-/// server restarting, a 410 Gone) are retried with backoff; the rules in
-/// force never lapse meanwhile.
-pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<App>) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
-    let reporter = Reporter {
-        controller: "statusguard".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
+/// Watches the ConfigMap until the process ends: its document into
+/// `rules`, its annotation into `switch`. Watch errors (the API server
+/// restarting, a 410 Gone) are retried with backoff; the rules in force
+/// never lapse meanwhile.
+pub async fn watch_configmap(
+    client: Client,
+    configmap: ConfigMapRef,
+    rules: Arc<RuleStore>,
+    switch: watch::Sender<Switch>,
+    events: Events,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &configmap.namespace);
     let mut state = WatchState {
         configmap,
-        app,
-        recorder: Recorder::new(client, reporter),
+        rules,
+        switch,
+        events,
         seen: Seen::Nothing,
     };
     tracing::info!(configmap = %state.configmap, "watching the ownership ConfigMap");
@@ -82,14 +71,15 @@ pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<A
 
 struct WatchState {
     configmap: ConfigMapRef,
-    app: Arc<App>,
-    recorder: Recorder,
+    rules: Arc<RuleStore>,
+    switch: watch::Sender<Switch>,
+    events: Events,
     seen: Seen,
 }
 
 impl WatchState {
     fn in_force(&self) -> &'static str {
-        if self.app.rules.current().is_some() {
+        if self.rules.current().is_some() {
             "the last good rules stay in force"
         } else {
             "no rules are in force: not ready"
@@ -97,13 +87,10 @@ impl WatchState {
     }
 
     async fn apply(&mut self, object: &ConfigMap) {
-        let registration = object
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REGISTRATION_ANNOTATION))
-            .map(String::as_str);
-        self.app.set_registration_enabled(registration != Some("disabled"));
+        self.switch.send_if_modified(|switch| {
+            let was = std::mem::replace(switch, Switch::of(object));
+            was != *switch
+        });
         let seen = Seen::Document(object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned());
         if self.seen == seen {
             return;
@@ -112,7 +99,7 @@ impl WatchState {
         match from_configmap(object, &self.configmap) {
             Ok(rules) => {
                 let summary = rules.summary();
-                let generation = self.app.rules.replace(rules);
+                let generation = self.rules.replace(rules);
                 tracing::info!(configmap = %self.configmap, generation, %summary, "ownership rules loaded");
             }
             Err(e) => self.invalid(object, &e).await,
@@ -123,7 +110,7 @@ impl WatchState {
         let problems = error.problems();
         let in_force = self.in_force();
         tracing::warn!(configmap = %self.configmap, problems = ?problems, "invalid ownership document; {in_force}");
-        self.app.rules.reject(
+        self.rules.reject(
             "invalid",
             format!(
                 "ConfigMap {} holds an invalid ownership document ({in_force}): {}",
@@ -131,7 +118,7 @@ impl WatchState {
                 problems.join("; ")
             ),
         );
-        let note = event_note(format!("{in_force}: {}", problems.join("; ")));
+        let note = events::note(format!("{in_force}: {}", problems.join("; ")));
         let event = Event {
             type_: EventType::Warning,
             reason: "InvalidOwnership".into(),
@@ -139,7 +126,7 @@ impl WatchState {
             action: "LoadOwnership".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(e) = self.events.publish(&event, &object.object_ref(&())).await {
             tracing::warn!(configmap = %self.configmap, error = %e, "cannot publish the InvalidOwnership event");
         }
     }
@@ -151,7 +138,7 @@ impl WatchState {
         self.seen = Seen::Absent;
         let in_force = self.in_force();
         tracing::warn!(configmap = %self.configmap, "the ownership ConfigMap is absent; {in_force}");
-        self.app.rules.reject(
+        self.rules.reject(
             "missing",
             format!(
                 "ConfigMap {} is absent (not found or deleted); {in_force}",
