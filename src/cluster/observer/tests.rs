@@ -1,8 +1,10 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::event_sender::*;
 use super::*;
-use crate::decision::{Endpoint, read_and_decide};
+use crate::decision::{Endpoint, Outcome, read_and_decide};
+use crate::observe::WriteFacts;
 
 fn rules() -> Arc<Ownership> {
     Arc::new(Ownership::from_yaml(include_str!("../../../tests/fixtures/ownership.yaml")).unwrap())
