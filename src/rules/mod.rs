@@ -1,5 +1,5 @@
 //! Where the ownership rules come from ([`source`]) and, in the server, which
-//! rules are in force ([`store`]).
+//! rules are in force (`store`).
 //!
 //! Every source — the embedded example, a file holding the document or a
 //! ConfigMap manifest, a live ConfigMap — goes through [`source::RulesSource::load`]

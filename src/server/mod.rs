@@ -5,7 +5,7 @@
 //! the request path; [`Server::run`] starts them and serves until the stop
 //! signal ([`shutdown`]). The parts: [`config`] (what to serve), [`state`]
 //! (what the handlers share), [`http`] (the two ports), [`limits`] (what a
-//! caller may make the server hold), and [`crate::cluster`] (what it keeps in
+//! caller may make the server hold), and `crate::cluster` (what it keeps in
 //! step with the cluster). The decision itself is [`crate::pipeline::answer`].
 
 pub(crate) mod ca;
