@@ -225,7 +225,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
+                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "list", "watch", "patch", "delete"]},
                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                 "verbs": ["get", "list", "watch"]},
                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},

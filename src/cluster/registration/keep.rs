@@ -5,10 +5,12 @@
 //! field manager, so they converge without a leader. One loop, woken by the
 //! typed channels of what it follows: the rules put in force, the
 //! registration [`Switch`], the trust bundle of the certificates the server
-//! keeps itself, and the CRDs' storage versions; and by the clock: the CA
-//! file is read every [`CA_POLL`], everything is applied again every resync
-//! interval (which repairs a hand edit or deletion), and a failed apply is
-//! retried with backoff. It applies nothing before the first valid
+//! keeps itself, the CRDs' storage versions, and any change of the
+//! configurations themselves (watched by name: a hand edit, or a deploy
+//! tool's forced replacement that empties them, is repaired within a
+//! second or two); and by the clock: the CA file is read every
+//! [`CA_POLL`], everything is applied again every resync interval, and a
+//! failed apply is retried with backoff. It applies nothing before the first valid
 //! document, and nothing while the switch stands the servers down
 //! (`statusguard unregister`).
 //!
@@ -23,8 +25,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::watch_object;
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -40,6 +45,10 @@ use crate::rules::store::{InForce, RuleStore};
 pub const FIELD_MANAGER: &str = "statusguard";
 /// How often the CA file is read for a new bundle.
 const CA_POLL: Duration = Duration::from_secs(2);
+/// A change of the configurations is repaired at once, but no sooner than
+/// this after the last apply: should an apply that changes nothing ever be
+/// reported by the watch, the loop applies once a second, not without end.
+const DRIFT_SPACING: Duration = Duration::from_secs(1);
 /// A loop with nothing timed to do still looks again this often.
 const IDLE: Duration = Duration::from_secs(3600);
 
@@ -100,6 +109,8 @@ struct Retry {
 /// storage versions, until the process ends.
 pub async fn keep_registered(client: Client, registration: Registration, metrics: Arc<Metrics>, inputs: Inputs) {
     let (versions_found, storage_versions) = watch::channel(StorageVersions::default());
+    let (changed, own_changes) = watch::channel(0);
+    let name = registration.name.clone();
     let in_force = inputs.rules.subscribe();
     let keeper = Keeper {
         client: client.clone(),
@@ -110,12 +121,50 @@ pub async fn keep_registered(client: Client, registration: Registration, metrics
         switch: inputs.switch,
         trust_bundle: inputs.trust_bundle,
         versions: storage_versions,
+        own_changes,
+        drifted: false,
         applied: None,
         retry: None,
         backoff: backoff(),
         reported: Reported::Nothing,
     };
-    tokio::join!(versions::watch_storage_versions(client, versions_found), keeper.run(),);
+    tokio::join!(
+        versions::watch_storage_versions(client.clone(), versions_found),
+        watch_own_configurations(client, name, changed),
+        keeper.run(),
+    );
+}
+
+/// Counts every change of the two configurations named `name` (each
+/// watched by name: a field selector, which a Role limited to those names
+/// allows). The loop's own applies show up too, once each: the apply that
+/// follows changes nothing, which a watch does not report.
+async fn watch_own_configurations(client: Client, name: String, changed: watch::Sender<u64>) {
+    let validating = watch_object(Api::<ValidatingWebhookConfiguration>::all(client.clone()), &name)
+        .default_backoff()
+        .map_ok(|_| ())
+        .boxed();
+    let mutating = watch_object(Api::<MutatingWebhookConfiguration>::all(client), &name)
+        .default_backoff()
+        .map_ok(|_| ())
+        .boxed();
+    let mut changes = futures::stream::select(validating, mutating);
+    let mut last_error: Option<String> = None;
+    while let Some(change) = changes.next().await {
+        match change {
+            Ok(()) => {
+                last_error = None;
+                changed.send_modify(|count| *count += 1);
+            }
+            Err(e) => {
+                let error = e.to_string();
+                if last_error.as_ref() != Some(&error) {
+                    tracing::warn!(%name, %error, "cannot watch the webhook configurations; retrying (a change to them is repaired at the next resync instead)");
+                }
+                last_error = Some(error);
+            }
+        }
+    }
 }
 
 /// Retries of a failed apply: from half a second, doubling to 30 s, with jitter
@@ -138,6 +187,9 @@ struct Keeper {
     switch: watch::Receiver<Switch>,
     trust_bundle: watch::Receiver<Option<Arc<Vec<u8>>>>,
     versions: watch::Receiver<StorageVersions>,
+    own_changes: watch::Receiver<u64>,
+    /// The configurations changed since they were last applied.
+    drifted: bool,
     applied: Option<(Applied, Instant)>,
     retry: Option<Retry>,
     backoff: ExponentialBackoff,
@@ -156,6 +208,7 @@ impl Keeper {
                 Ok(()) = self.switch.changed() => {},
                 Ok(()) = self.trust_bundle.changed() => {},
                 Ok(()) = self.versions.changed() => {},
+                Ok(()) = self.own_changes.changed() => self.drifted = true,
                 () = tokio::time::sleep_until(wake) => {},
             }
         }
@@ -206,9 +259,15 @@ impl Keeper {
         let earliest = |at: Instant| Some(ca_poll.map_or(at, |poll| poll.min(at)));
         if let Some((applied, at)) = &self.applied
             && *applied == wanted
-            && at.elapsed() < self.registration.resync
         {
-            return earliest(*at + self.registration.resync);
+            let resync = *at + self.registration.resync;
+            let due = match self.drifted {
+                true => resync.min(*at + DRIFT_SPACING),
+                false => resync,
+            };
+            if now < due {
+                return earliest(due);
+            }
         }
         if let Some(retry) = &self.retry
             && retry.wanted == wanted
@@ -236,6 +295,7 @@ impl Keeper {
                 self.metrics.webhook_sync(WebhookSync::Applied(wanted.generation));
                 self.reported = Reported::Applied;
                 self.applied = Some((wanted, now));
+                self.drifted = false;
                 self.retry = None;
                 self.backoff = backoff();
                 earliest(now + self.registration.resync)
