@@ -98,6 +98,13 @@ enum Reported {
     Applied,
 }
 
+/// The last successful apply: what, and when.
+#[derive(Debug)]
+struct Registered {
+    applied: Applied,
+    at: Instant,
+}
+
 /// After a failed apply: what it was, and when it is tried again.
 #[derive(Debug)]
 struct Retry {
@@ -123,7 +130,7 @@ pub async fn keep_registered(client: Client, registration: Registration, metrics
         versions: storage_versions,
         own_changes,
         drifted: false,
-        applied: None,
+        registered: None,
         retry: None,
         backoff: backoff(),
         reported: Reported::Nothing,
@@ -190,7 +197,7 @@ struct Keeper {
     own_changes: watch::Receiver<u64>,
     /// The configurations changed since they were last applied.
     drifted: bool,
-    applied: Option<(Applied, Instant)>,
+    registered: Option<Registered>,
     retry: Option<Retry>,
     backoff: ExponentialBackoff,
     reported: Reported,
@@ -223,7 +230,7 @@ impl Keeper {
                 tracing::warn!(name = %self.registration.name, "the ownership ConfigMap stands the servers down (statusguard unregister): the webhook configurations are not applied");
                 self.metrics.webhook_sync(WebhookSync::StoodDown);
             }
-            self.applied = None;
+            self.registered = None;
             self.retry = None;
             return None;
         }
@@ -257,7 +264,7 @@ impl Keeper {
             resolution,
         };
         let earliest = |at: Instant| Some(ca_poll.map_or(at, |poll| poll.min(at)));
-        if let Some((applied, at)) = &self.applied
+        if let Some(Registered { applied, at }) = &self.registered
             && *applied == wanted
         {
             let resync = *at + self.registration.resync;
@@ -283,7 +290,7 @@ impl Keeper {
         );
         match apply(&self.client, &configurations).await {
             Ok(()) => {
-                let before = self.applied.take().map(|(applied, _)| applied);
+                let before = self.registered.take().map(|r| r.applied);
                 if before.as_ref() != Some(&wanted) {
                     tracing::info!(name = %self.registration.name, generation = wanted.generation, summary = %in_force.rules.summary(), "webhook configurations applied");
                     if before.as_ref().map(|a| (a.generation, &a.resolution))
@@ -294,7 +301,10 @@ impl Keeper {
                 }
                 self.metrics.webhook_sync(WebhookSync::Applied(wanted.generation));
                 self.reported = Reported::Applied;
-                self.applied = Some((wanted, now));
+                self.registered = Some(Registered {
+                    applied: wanted,
+                    at: now,
+                });
                 self.drifted = false;
                 self.retry = None;
                 self.backoff = backoff();
