@@ -11,10 +11,9 @@ use futures::future::BoxFuture;
 
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::Registration;
-use crate::rules::RulesSource;
-use crate::server::ServerError;
+use crate::rules::{LoadError, RulesSource};
 use crate::server::ca::{self, ManagedCerts};
-use crate::server::limits::Limits;
+use crate::server::limits::{self, Limits};
 use crate::server::state::App;
 use crate::tls::{self, CertFiles, ClientCaFile, PemFiles, SwappableCert};
 
@@ -50,6 +49,32 @@ pub struct ServeConfig {
     /// when the server talks to a cluster anyway (a ConfigMap, registration
     /// or certificates it keeps).
     pub observe: ObserveConfig,
+}
+
+/// Why the server could not start on its configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+#[allow(missing_docs)] // each message names what its fields are
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot write the CA to {path}: {source}")]
+    WriteCa { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Limits(#[from] limits::LimitsError),
+    /// A local rules source is broken: the server does not start on it.
+    #[error(transparent)]
+    Rules(#[from] LoadError),
+    #[error("--manage-certificates needs --webhook-target or --cert-name: the certificate must name the server")]
+    NoCertificateNames,
+    #[error("the managed certificates do not load: {0}")]
+    ManagedCerts(String),
+    #[error(
+        "cannot reach the Kubernetes API for --configmap or --register-webhooks (in-cluster config, or KUBECONFIG): {0}"
+    )]
+    Kube(#[from] kube::Error),
 }
 
 /// Where the serving certificate comes from: one of three, never a mix.

@@ -17,7 +17,6 @@ pub mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
@@ -32,36 +31,10 @@ use crate::cluster::observer::{ObserveConfig, ObserverLoop};
 use crate::cluster::registration::Switch;
 use crate::cluster::registration::keep::{Inputs, keep_registered};
 use crate::metrics::Metrics;
-use crate::rules::{LoadError, RulesSource};
+use crate::rules::RulesSource;
 use crate::tls;
-use config::ServeConfig;
+use config::{ServeConfig, ServerError};
 use state::App;
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-#[allow(missing_docs)] // each message names what its fields are
-pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
-    #[error(transparent)]
-    Tls(#[from] tls::TlsError),
-    #[error("cannot write the CA to {path}: {source}")]
-    WriteCa { path: PathBuf, source: std::io::Error },
-    #[error(transparent)]
-    Limits(#[from] limits::LimitsError),
-    /// A local rules source is broken: the server does not start on it.
-    #[error(transparent)]
-    Rules(#[from] LoadError),
-    #[error("--manage-certificates needs --webhook-target or --cert-name: the certificate must name the server")]
-    NoCertificateNames,
-    #[error("the managed certificates do not load: {0}")]
-    ManagedCerts(String),
-    #[error(
-        "cannot reach the Kubernetes API for --configmap or --register-webhooks (in-cluster config, or KUBECONFIG): {0}"
-    )]
-    Kube(#[from] kube::Error),
-}
 
 /// A server with its sockets bound, ready to [`run`](Server::run).
 pub struct Server {
