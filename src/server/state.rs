@@ -20,9 +20,9 @@ pub struct App {
     /// The server's metrics.
     pub metrics: Arc<Metrics>,
     /// What requests may hold: slots, body bytes, decision threads.
-    pub budget: Budget,
+    pub(crate) budget: Budget,
     /// What writers change, and Events: fed off the request path.
-    pub observations: Observations,
+    pub(crate) observations: Observations,
     shutting_down: AtomicBool,
     /// The CA bundle of the certificates the server keeps itself, for the
     /// webhook registration to follow.
@@ -48,7 +48,7 @@ impl App {
 
     /// `Ok` when the webhook should receive traffic, else why not. TLS needs
     /// no entry here: the server only runs once its certificate loaded.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         if self.is_shutting_down() {
             return Err("shutting down".into());
         }
@@ -60,7 +60,7 @@ impl App {
     }
 
     /// Publishes a new CA bundle; the webhook registration follows at once.
-    pub fn set_trust_bundle(&self, bundle: Vec<u8>) {
+    pub(crate) fn set_trust_bundle(&self, bundle: Vec<u8>) {
         self.trust_bundle.send_if_modified(|held| {
             if held.as_deref() == Some(&bundle) {
                 return false;
@@ -82,7 +82,7 @@ impl App {
     }
 
     /// Whether [`start_shutdown`](Self::start_shutdown) was called.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
 }
