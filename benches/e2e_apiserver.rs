@@ -62,8 +62,8 @@ async fn null_webhook(dir: &std::path::Path) -> Result<(u16, String, Arc<AtomicU
             }
         },
     ));
-    let limits = statusguard::server::accept::AcceptLimits::of(&Default::default());
-    tokio::spawn(statusguard::server::accept::serve_tls(
+    let limits = statusguard::server::http::accept::AcceptLimits::of(&Default::default());
+    tokio::spawn(statusguard::server::http::accept::serve_tls(
         listener,
         acceptor,
         router,

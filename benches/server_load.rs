@@ -47,8 +47,8 @@ fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
         let acceptor =
             tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::server::tls::server_config(resolver)?));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-        let limits = statusguard::server::accept::AcceptLimits::of(&Default::default());
-        statusguard::server::accept::serve_tls(
+        let limits = statusguard::server::http::accept::AcceptLimits::of(&Default::default());
+        statusguard::server::http::accept::serve_tls(
             listener,
             acceptor,
             common::null_router(),

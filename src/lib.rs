@@ -35,9 +35,8 @@
 //! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
 //! - with the `server` feature: [`server`] (the webhook), [`cluster`] (what it keeps in
-//!   step with the cluster: its certificates), [`webhooks`] (the webhook
-//!   configurations it keeps in step with the rules), [`metrics`], [`cli`]; these
-//!   serve the binary and may change with it.
+//!   step with the cluster; of it only the certificates are public), [`metrics`], [`cli`];
+//!   these serve the binary and may change with it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // Input comes from outside: nothing in the library may panic on it.
@@ -64,5 +63,3 @@ pub mod metrics;
 pub mod server;
 #[cfg(feature = "server")]
 pub(crate) mod tools;
-#[cfg(feature = "server")]
-pub mod webhooks;

@@ -13,8 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-pub use crate::decision::UNCONFIGURED;
-use crate::decision::{Decision, Endpoint, ResourceLabels};
+use crate::decision::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -55,6 +54,31 @@ pub(crate) struct ObservedLabels {
 pub(crate) struct EventLabels {
     pub reason: &'static str,
     pub result: &'static str,
+}
+
+/// How a sync of the webhook configurations ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookSync {
+    /// Applied from this rules generation.
+    Applied(u64),
+    /// The apply failed: what is registered stays registered.
+    Failed,
+    /// No valid rules yet: nothing is registered.
+    Waiting,
+    /// The registration switch stands the servers down: nothing is applied.
+    StoodDown,
+}
+
+impl WebhookSync {
+    /// The `result` label of `statusguard_webhook_syncs_total`.
+    fn result(self) -> &'static str {
+        match self {
+            WebhookSync::Applied(_) => "applied",
+            WebhookSync::Failed => "error",
+            WebhookSync::Waiting => "waiting",
+            WebhookSync::StoodDown => "stood_down",
+        }
+    }
 }
 
 /// The server's metrics registry and the families it records into.
@@ -211,7 +235,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one answered review.
-    pub fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
+    pub(crate) fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
         // The decision's labels name only configured resources: bounded by configuration.
         let ResourceLabels { group, resource } = decision.labels.clone();
         for v in &decision.violations {
@@ -286,16 +310,19 @@ impl Metrics {
             .inc();
     }
 
-    /// A webhook configuration sync ended with `result`; `applied` names
-    /// the rules generation now registered.
-    pub fn webhook_sync(&self, result: &'static str, applied: Option<u64>) {
+    /// A webhook configuration sync ended as `sync` says.
+    pub fn webhook_sync(&self, sync: WebhookSync) {
+        let result = sync.result();
         self.webhook_syncs.get_or_create(&ResultLabels { result }).inc();
-        match applied {
-            Some(generation) => {
+        match sync {
+            WebhookSync::Applied(generation) => {
                 self.webhooks_registered.set(1);
                 self.webhooks_generation.set(generation as i64);
             }
-            None => {
+            // A failed apply changes nothing in the cluster: what was
+            // registered (and from which generation) still is.
+            WebhookSync::Failed => {}
+            WebhookSync::Waiting | WebhookSync::StoodDown => {
                 self.webhooks_registered.set(0);
             }
         }
@@ -333,5 +360,32 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(metrics: &Metrics, series: &str) -> Option<f64> {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    #[test]
+    fn a_failed_webhook_sync_leaves_what_is_registered_registered() {
+        let metrics = Metrics::default();
+        metrics.webhook_sync(WebhookSync::Applied(3));
+        metrics.webhook_sync(WebhookSync::Failed);
+        assert_eq!(value(&metrics, "statusguard_webhooks_registered"), Some(1.0));
+        assert_eq!(value(&metrics, "statusguard_webhooks_rules_generation"), Some(3.0));
+        assert_eq!(
+            value(&metrics, "statusguard_webhook_syncs_total{result=\"error\"}"),
+            Some(1.0)
+        );
+        metrics.webhook_sync(WebhookSync::StoodDown);
+        assert_eq!(value(&metrics, "statusguard_webhooks_registered"), Some(0.0));
     }
 }

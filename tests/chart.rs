@@ -262,7 +262,7 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
         cluster_role["rules"],
         json!([{"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "patch", "delete"]},
+                "resourceNames": ["sg-statusguard-statusguard-system"], "verbs": ["get", "list", "watch", "patch", "delete"]},
                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                 "verbs": ["get", "list", "watch"]},
                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
@@ -1517,7 +1517,7 @@ fn the_alerts_and_the_dashboard_query_metrics_the_server_exports() {
     metrics.rules_loaded(1);
     metrics.rules_rejected("invalid");
     metrics.tls_reload(false);
-    metrics.webhook_sync("applied", Some(1));
+    metrics.webhook_sync(statusguard::metrics::WebhookSync::Applied(1));
     metrics.serving_certificate_expiry(Some(1));
     metrics.observed("example.com", "widgets", "someone");
     metrics.observation_skipped("rate");

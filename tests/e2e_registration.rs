@@ -9,6 +9,7 @@
 //! - with statusguard down, exempt identities and `system:nodes` still
 //!   write (matchConditions), others are refused (Fail), and audit resources
 //!   stay writable (Ignore);
+//! - an emptied webhook list (a forced replacement) is repaired within 2 s;
 //! - `statusguard unregister` leaves no webhook behind, even with a server
 //!   running.
 //!
@@ -204,6 +205,28 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let rule = &hooks[0].rules.as_deref().unwrap_or_default()[0];
     assert_eq!(rule.api_versions, Some(vec!["v1".to_owned()]), "{hooks:?}");
     assert_eq!(hooks[0].match_policy.as_deref(), Some("Equivalent"));
+
+    // Issue 23: a forced replacement by a deploy tool (helm upgrade --force,
+    // Argo CD's Replace=true) leaves the webhook list empty; the server
+    // watches its configurations and applies them again within 2 s.
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
+    validating
+        .patch(
+            WEBHOOKS,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"webhooks": []})),
+        )
+        .await
+        .unwrap();
+    let emptied = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(2),
+        "the emptied webhook list is repaired",
+        || async { !registered(&s).await.is_empty() },
+    )
+    .await;
+    eprintln!("the emptied webhook list was repaired in {:?}", emptied.elapsed());
+    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 409);
 
     // Removing the resource by hand releases it within seconds; adding it back guards it again.
     edit_configmap(&s, &without_widgets()).await;

@@ -11,8 +11,9 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use statusguard::metrics::Metrics;
 use statusguard::rules::{EMBEDDED_OWNERSHIP, RulesSource};
+use statusguard::server::http::{admin, admission};
 use statusguard::server::limits::Limits;
-use statusguard::server::{App, admin, admission};
+use statusguard::server::state::App;
 use tower::ServiceExt as _;
 
 const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
@@ -26,7 +27,7 @@ fn app(max_body_bytes: usize, request_timeout: Duration) -> Arc<App> {
         request_timeout,
         ..Limits::default()
     };
-    App::new(Arc::new(Metrics::default()), limits, Default::default())
+    App::new(Arc::new(Metrics::default()), limits, Default::default()).0
 }
 
 fn app_with_rules() -> Arc<App> {
@@ -205,14 +206,15 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
     );
     let path = dir.path().join("configmap.yaml");
     std::fs::write(&path, manifest).unwrap();
-    let mut config = statusguard::server::ServeConfig {
+    let mut config = statusguard::server::config::ServeConfig {
         rules: RulesSource::File(path),
         listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: "127.0.0.1:0".parse().unwrap(),
-        tls_files: None,
+        certs: statusguard::server::config::CertSource::Generated {
+            sans: vec![],
+            write_ca: None,
+        },
         tls_reload_interval: Duration::from_secs(2),
-        write_ca: None,
-        tls_sans: vec![],
         limits: Limits {
             max_body_bytes: 1024,
             header_read_timeout: Duration::from_secs(1),
@@ -223,7 +225,6 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         shutdown_timeout: Duration::from_secs(1),
         shutdown_delay: Duration::ZERO,
         registration: None,
-        managed_certs: None,
         observe: Default::default(),
     };
     let server = statusguard::server::Server::bind(config.clone()).await.unwrap();
@@ -244,7 +245,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
 /// dies of the signal.)
 #[tokio::test]
 async fn the_shutdown_signal_is_listened_for_from_the_call_not_the_first_poll() {
-    let shutdown = statusguard::server::shutdown_signal(|| {});
+    let shutdown = statusguard::server::shutdown::shutdown_signal(|| {});
     let sent = std::process::Command::new("kill")
         .args(["-TERM", &std::process::id().to_string()])
         .status()

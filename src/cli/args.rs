@@ -13,7 +13,8 @@ use crate::decision::Endpoint;
 use crate::rules::ConfigMapRef;
 use crate::cluster::certs::secret::SecretRef;
 use crate::server::limits;
-use crate::webhooks::{FailurePolicy, WebhookTarget};
+use crate::cluster::registration::desired::WebhookTarget;
+use crate::ownership::FailurePolicy;
 
 /// `statusguard`'s arguments.
 #[derive(Debug, Parser)]

@@ -1,5 +1,5 @@
 //! Where the ownership rules come from ([`source`]) and, in the server, which
-//! rules are in force ([`store`]).
+//! rules are in force (`store`).
 //!
 //! Every source — the embedded example, a file holding the document or a
 //! ConfigMap manifest, a live ConfigMap — goes through [`source::RulesSource::load`]
@@ -17,10 +17,8 @@ pub mod source;
 #[cfg(feature = "client")]
 pub mod state;
 #[cfg(feature = "server")]
-pub mod store;
+pub(crate) mod store;
 
 pub use source::{ConfigMapRef, EMBEDDED_OWNERSHIP, LoadError, RulesSource, parse_document};
 #[cfg(feature = "client")]
 pub use source::{fetch_configmap, from_configmap};
-#[cfg(feature = "server")]
-pub use store::RuleStore;

@@ -1,6 +1,7 @@
 //! What a server keeps across restarts in cluster mode: the last valid
-//! ownership document, and the registration switch, in a ConfigMap of its
-//! own beside the ownership ConfigMap (`NAME-state`).
+//! ownership document, in a ConfigMap of its own beside the ownership
+//! ConfigMap (`NAME-state`), where an operator may also put the
+//! registration switch.
 //!
 //! Why a second object: the ownership ConfigMap belongs to whoever deploys
 //! it (Helm, Argo CD, Flux). A restart while it is invalid or deleted must
@@ -21,10 +22,6 @@ use serde_json::json;
 use crate::ownership::{CONFIGMAP_KEY, Ownership};
 use crate::rules::source::{ConfigMapRef, LoadError, parse_document};
 
-/// The annotation that stands every replica's webhook registration down
-/// while it is `disabled`, on the state ConfigMap (GitOps does not render
-/// it) or on the ownership ConfigMap (kept for existing runbooks).
-pub const REGISTRATION_ANNOTATION: &str = "statusguard.dev/registration";
 /// The annotation that says which version of the ownership ConfigMap the
 /// kept document was read from.
 pub const KEPT_FROM_ANNOTATION: &str = "statusguard.dev/kept-from-resource-version";
@@ -37,16 +34,6 @@ pub fn state_configmap(source: &ConfigMapRef) -> ConfigMapRef {
         namespace: source.namespace.clone(),
         name: format!("{}-state", source.name),
     }
-}
-
-/// Whether `configmap`'s annotations stand the registration down.
-pub fn registration_disabled(configmap: &ConfigMap) -> bool {
-    configmap
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REGISTRATION_ANNOTATION))
-        .is_some_and(|value| value == "disabled")
 }
 
 /// The last valid document, as a state ConfigMap holds it.
@@ -128,17 +115,6 @@ mod tests {
     fn the_state_configmap_sits_beside_the_source() {
         let state = state_configmap(&"ops/statusguard-ownership".parse().unwrap());
         assert_eq!(state.to_string(), "ops/statusguard-ownership-state");
-    }
-
-    #[test]
-    fn only_disabled_stands_the_registration_down() {
-        let annotated = |value: &str| {
-            configmap(json!({"metadata": {"name": "x", "annotations": {REGISTRATION_ANNOTATION: value}}}))
-        };
-        assert!(registration_disabled(&annotated("disabled")));
-        assert!(!registration_disabled(&annotated("enabled")));
-        assert!(!registration_disabled(&annotated("")));
-        assert!(!registration_disabled(&configmap(json!({"metadata": {"name": "x"}}))));
     }
 
     #[test]

@@ -138,13 +138,6 @@ impl SwappableCert {
     /// Serves nothing (every handshake fails) until a key is stored: for a
     /// server that opens its ports before its first certificate, so that
     /// its probes answer meanwhile.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "for the server's wiring, to open the admin port before the first Secret sync"
-        )
-    )]
     pub(crate) fn empty() -> Arc<Self> {
         Arc::new(Self(ArcSwapOption::empty()))
     }
@@ -155,13 +148,6 @@ impl SwappableCert {
     }
 
     /// Whether a key was stored: readiness waits for it.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "for the server's readiness, once it opens before the first Secret sync"
-        )
-    )]
     pub(crate) fn is_serving(&self) -> bool {
         self.0.load().is_some()
     }

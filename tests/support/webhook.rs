@@ -11,8 +11,9 @@ use rustls::pki_types::pem::PemObject;
 use statusguard::cluster::certs::files::CertFiles;
 use statusguard::cluster::certs::policy::{GeneratedCertificates, generate_certificates};
 use statusguard::rules::RulesSource;
+use statusguard::server::Server;
+use statusguard::server::config::{CertSource, ServeConfig};
 use statusguard::server::tls::crypto_provider;
-use statusguard::server::{ServeConfig, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -31,16 +32,19 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         rules,
         listen: loopback(),
         admin_listen: loopback(),
-        tls_files,
+        certs: tls_files.map_or(
+            CertSource::Generated {
+                sans: vec![],
+                write_ca: None,
+            },
+            CertSource::Files,
+        ),
         tls_reload_interval: Duration::from_millis(200),
-        write_ca: None,
-        tls_sans: vec![],
         limits: Default::default(),
         client_ca_file: None,
         shutdown_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         registration: None,
-        managed_certs: None,
         observe: Default::default(),
     }
 }
@@ -49,7 +53,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
 pub struct RunningServer {
     pub tls: SocketAddr,
     pub admin: SocketAddr,
-    pub app: Arc<statusguard::server::App>,
+    pub app: Arc<statusguard::server::state::App>,
     stop: Option<oneshot::Sender<()>>,
     pub done: Option<tokio::task::JoinHandle<()>>,
 }

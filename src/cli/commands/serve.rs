@@ -8,10 +8,12 @@ use crate::cli::args::ServeArgs;
 use crate::rules::RulesSource;
 use crate::cluster::certs::secret::ManagedCerts;
 use crate::server::limits::Limits;
-use crate::server::observer::ObserveConfig;
-use crate::server::{ServeConfig, Server, shutdown_signal};
+use crate::cluster::observer::ObserveConfig;
+use crate::server::Server;
+use crate::server::config::{CertSource, ServeConfig};
+use crate::server::shutdown::shutdown_signal;
 use crate::cluster::certs::files::CertFiles;
-use crate::webhooks::{CaSource, Registration};
+use crate::cluster::registration::desired::{CaSource, Registration};
 
 pub(crate) async fn run(args: ServeArgs, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {
     let server = Server::bind(config(args)).await?;
@@ -29,10 +31,6 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
     };
 
     let tls = args.tls;
-    let tls_files = match (tls.tls_cert, tls.tls_key) {
-        (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
-        _ => None,
-    };
 
     // Managed certificates are valid for the webhook target's names and --cert-name.
     let certs = args.managed_certs;
@@ -82,16 +80,24 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
         _ => None,
     };
 
+    // One certificate source: the Secret the server keeps, files, or one
+    // generated at start.
+    let certs = match (managed_certs, tls.tls_cert, tls.tls_key) {
+        (Some(managed), _, _) => CertSource::Secret(managed),
+        (None, Some(cert), Some(key)) => CertSource::Files(CertFiles { cert, key }),
+        (None, _, _) => CertSource::Generated {
+            sans: tls.tls_sans,
+            write_ca: tls.write_ca,
+        },
+    };
     let limits = args.limits;
     let observe = args.observe;
     ServeConfig {
         rules,
         listen: args.listen,
         admin_listen: args.admin_listen,
-        tls_files,
+        certs,
         tls_reload_interval: tls.tls_reload_interval,
-        write_ca: tls.write_ca,
-        tls_sans: tls.tls_sans,
         limits: Limits {
             max_body_bytes: limits.max_body_bytes,
             max_inflight_bytes: limits.max_inflight_bytes,
@@ -106,7 +112,6 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
         client_ca_file: tls.client_ca_file,
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
-        managed_certs,
         registration,
         observe: ObserveConfig {
             rate_per_second: observe.observe_rate,

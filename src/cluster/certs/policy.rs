@@ -421,10 +421,10 @@ pub(crate) fn not_after(pem: &str) -> Option<i64> {
 
 /// The names a serving certificate needs for the webhook at `target`, and
 /// `extra`: a Service's DNS names, or a URL's host.
-pub(crate) fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
+pub(crate) fn names_for(target: &crate::cluster::registration::desired::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = extra.iter().filter(|n| !n.is_empty()).cloned().collect();
     match target {
-        crate::webhooks::WebhookTarget::Service { namespace, name, .. } => {
+        crate::cluster::registration::desired::WebhookTarget::Service { namespace, name, .. } => {
             names.extend([
                 name.clone(),
                 format!("{name}.{namespace}"),
@@ -432,7 +432,7 @@ pub(crate) fn names_for(target: &crate::webhooks::WebhookTarget, extra: &[String
                 format!("{name}.{namespace}.svc.cluster.local"),
             ]);
         }
-        crate::webhooks::WebhookTarget::Url(url) => {
+        crate::cluster::registration::desired::WebhookTarget::Url(url) => {
             let uri = url.parse::<hyper::Uri>().ok();
             // An IPv6 host comes in brackets, which a certificate does not carry.
             let host = uri

@@ -14,6 +14,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use tokio::sync::watch;
 use backon::{ExponentialBuilder, Retryable as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -23,7 +24,7 @@ use rustls::sign::CertifiedKey;
 
 use crate::cluster::certs::policy::{self, CertError, CertPolicy, Step, Stored, keys, next};
 use crate::rules::source::split_namespaced_name;
-use crate::server::app::App;
+use crate::metrics::Metrics;
 use crate::server::tls::{PemPair, SwappableCert, TlsError, certified_key};
 
 /// Where and how the server keeps its certificates.
@@ -174,16 +175,37 @@ pub(crate) fn serving_key(stored: &Stored) -> Result<CertifiedKey, CaError> {
     Ok(certified_key(&pem)?)
 }
 
+/// Where what the Secret holds besides the serving certificate goes: its
+/// trust bundle to the webhook registration (for the caBundle), the
+/// certificate's expiry and the reloads to the metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct Published {
+    pub(crate) trust_bundle: watch::Sender<Option<Arc<Vec<u8>>>>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Published {
+    fn set_trust_bundle(&self, bundle: Vec<u8>) {
+        self.trust_bundle.send_if_modified(|held| {
+            if held.as_deref() == Some(&bundle) {
+                return false;
+            }
+            *held = Some(Arc::new(bundle));
+            true
+        });
+    }
+}
+
 /// Publishes what `stored` holds besides the serving certificate: its trust
 /// bundle (for the webhooks' caBundle) and the certificate's expiry.
-pub(crate) fn publish(stored: &Stored, app: &App) {
+pub(crate) fn publish(stored: &Stored, app: &Published) {
     app.set_trust_bundle(stored.ca_bundle.clone().into_bytes());
     app.metrics
         .serving_certificate_expiry(policy::not_after(&stored.tls_cert));
 }
 
 /// Serves what `stored` holds and publishes its trust bundle.
-pub(crate) fn load(stored: &Stored, target: &SwappableCert, app: &App) -> Result<(), CaError> {
+pub(crate) fn load(stored: &Stored, target: &SwappableCert, app: &Published) -> Result<(), CaError> {
     target.store(serving_key(stored)?);
     publish(stored, app);
     Ok(())
@@ -218,7 +240,7 @@ pub(crate) async fn keep(
     client: Client,
     managed: ManagedCerts,
     target: Arc<SwappableCert>,
-    app: Arc<App>,
+    app: Published,
     mut loaded: Option<Stored>,
 ) {
     let mut tick = tokio::time::interval(managed.check_interval);

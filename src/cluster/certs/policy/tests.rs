@@ -138,7 +138,7 @@ fn renewals_and_rotations_never_serve_what_a_recent_bundle_does_not_trust() {
 
 #[test]
 fn the_webhook_target_names_the_certificate() {
-    let service: crate::webhooks::WebhookTarget = "ns/sg:443".parse().unwrap();
+    let service: crate::cluster::registration::desired::WebhookTarget = "ns/sg:443".parse().unwrap();
     assert_eq!(
         names_for(&service, &["extra.example.com".to_owned()]),
         [
@@ -156,7 +156,7 @@ fn the_webhook_target_names_the_certificate() {
         ("https://webhook.example.com/base", "webhook.example.com"),
         ("https://[::1]:8443/", "::1"),
     ] {
-        let target: crate::webhooks::WebhookTarget = url.parse().unwrap();
+        let target: crate::cluster::registration::desired::WebhookTarget = url.parse().unwrap();
         assert_eq!(names_for(&target, &[]), [host.to_owned()].into(), "{url}");
     }
 }

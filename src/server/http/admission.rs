@@ -17,8 +17,8 @@ use crate::decision::{Decision, Endpoint, Outcome};
 use crate::ownership::{Mode, Ownership};
 use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
 use crate::rules::{self, ConfigMapRef};
-use crate::server::app::App;
 use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
+use crate::server::state::App;
 
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).

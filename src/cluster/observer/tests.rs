@@ -1,8 +1,10 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::event_sender::*;
 use super::*;
-use crate::decision::{Endpoint, read_and_decide};
+use crate::decision::{Endpoint, Outcome, read_and_decide};
+use crate::observe::WriteFacts;
 
 fn rules() -> Arc<Ownership> {
     Arc::new(Ownership::from_yaml(include_str!("../../../tests/fixtures/ownership.yaml")).unwrap())
@@ -61,13 +63,6 @@ fn a_service_account_writer_is_the_related_object() {
 }
 
 #[test]
-fn a_long_note_is_cut_on_a_character_boundary() {
-    let note = event_note("é".repeat(600));
-    assert!(note.len() <= 1000 && note.ends_with("..."), "{}", note.len());
-    assert_eq!(event_note("short".into()), "short");
-}
-
-#[test]
 fn only_names_that_could_exist_go_into_the_objects_url() {
     for good in ["w1", "a.b-c", "system:controller:x", "x@y"] {
         assert!(is_object_name(good), "{good}");
@@ -88,13 +83,13 @@ fn only_names_that_could_exist_go_into_the_objects_url() {
 
 #[test]
 fn the_bucket_admits_its_rate_and_burst() {
-    let observations = Observations::new(ObserveConfig {
+    let (observations, _observer) = Observations::new(ObserveConfig {
         rate_per_second: 3,
         ..Default::default()
     });
     let taken = (0..10).filter(|_| observations.take_token()).count();
     assert_eq!(taken, 3);
-    let none = Observations::new(ObserveConfig {
+    let (none, _observer) = Observations::new(ObserveConfig {
         rate_per_second: 0,
         ..Default::default()
     });
@@ -153,7 +148,7 @@ fn the_byte_budget_is_returned_when_a_job_is_dropped() {
 async fn the_queue_holds_a_copy_of_the_statuses_never_the_body() {
     let rules = rules();
     let metrics = Metrics::default();
-    let observations = Observations::new(ObserveConfig::default());
+    let (observations, _observer) = Observations::new(ObserveConfig::default());
     // 4 MiB of managedFields around two small statuses.
     let body = Bytes::from(stale_review(4 * 1024 * 1024, 0));
     let decided = decision(&rules, &body);
@@ -172,7 +167,7 @@ async fn the_queue_holds_a_copy_of_the_statuses_never_the_body() {
 async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     let rules = rules();
     let metrics = Metrics::default();
-    let observations = Observations::new(ObserveConfig {
+    let (observations, observer) = Observations::new(ObserveConfig {
         queue_bytes: 256 * 1024,
         ..Default::default()
     });
@@ -197,7 +192,7 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     );
     // Once the observer has read the queue, the budget is whole again.
     let mut tasks = tokio::task::JoinSet::new();
-    observations.spawn(Arc::new(Metrics::default()), None, &mut tasks);
+    observer.spawn(Arc::new(Metrics::default()), None, &mut tasks);
     tokio::time::timeout(Duration::from_secs(5), async {
         while observations.budget.used() > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -212,7 +207,7 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
 async fn a_dry_run_is_not_queued() {
     let rules = rules();
     let metrics = Metrics::default();
-    let observations = Observations::new(ObserveConfig::default());
+    let (observations, _observer) = Observations::new(ObserveConfig::default());
     let mut review: Value = serde_json::from_slice(&stale_review(0, 0)).unwrap();
     review["request"]["dryRun"] = json!(true);
     let body = Bytes::from(serde_json::to_vec(&review).unwrap());
@@ -222,7 +217,7 @@ async fn a_dry_run_is_not_queued() {
 
 #[test]
 fn the_record_says_what_it_counted() {
-    let observations = Observations::new(ObserveConfig::default());
+    let (observations, _observer) = Observations::new(ObserveConfig::default());
     let basis = observations.snapshot().basis.expect("a basis");
     assert!(!basis.authenticated_callers);
     assert_eq!(basis.rate_per_second, 200);
@@ -230,7 +225,7 @@ fn the_record_says_what_it_counted() {
     let json = serde_json::to_value(observations.snapshot()).unwrap();
     assert_eq!(json["basis"]["authenticatedCallers"], false);
     assert!(json["basis"]["counted"].as_str().unwrap().contains("received"));
-    let authenticated = Observations::new(ObserveConfig {
+    let (authenticated, _observer) = Observations::new(ObserveConfig {
         authenticated_callers: true,
         ..Default::default()
     });

@@ -32,9 +32,10 @@
 //! empty, so that the server needs to patch, never to create, webhook
 //! configurations); where the server may create them, the first apply does.
 //!
-//! [`desired`] is pure; [`apply`] and [`unregister`] talk to the API server.
+//! [`desired`] is pure: the same inputs give the same objects on every
+//! replica. [`super::keep`] reads the inputs and applies what it returns.
 
-use std::fmt;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,20 +44,13 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, Client};
 
-use std::collections::BTreeMap;
+use crate::cluster::versions::ResolvedVersions;
+use crate::ownership::{FailurePolicy, GroupResource, Mode, Ownership, ResourceRules};
 
-pub use crate::ownership::FailurePolicy;
-use crate::ownership::{GroupResource, Mode, Ownership, ResourceRules};
 use crate::rules::ConfigMapRef;
 
-/// The field manager of every write statusguard makes to its configurations.
-pub const FIELD_MANAGER: &str = "statusguard";
-pub use crate::rules::state::REGISTRATION_ANNOTATION;
 /// The group of every node's kubelet, never sent to the webhook.
 pub const NODES_GROUP: &str = "system:nodes";
 
@@ -158,33 +152,6 @@ pub struct Registration {
     pub ownership_configmap: Option<ConfigMapRef>,
 }
 
-/// Why the configurations could not be made or written.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegistrationError {
-    /// The CA file could not be read.
-    #[error("cannot read the webhook CA bundle {path}: {source}")]
-    CaFile {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The server keeps its certificates, and has none yet.
-    #[error("the server's own certificates are not loaded yet")]
-    NoManagedBundle,
-    /// The API server refused a write.
-    #[error("cannot write {kind} {name}: {source}")]
-    Write {
-        /// ValidatingWebhookConfiguration or MutatingWebhookConfiguration.
-        kind: &'static str,
-        /// Its name.
-        name: String,
-        /// What the API server said.
-        source: kube::Error,
-    },
-}
-
 /// The two configurations, as the server applies them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Configurations {
@@ -199,10 +166,6 @@ pub struct Configurations {
 fn webhook_name(path: &str, registration: &Registration) -> String {
     format!("{path}.{}.statusguard.dev", registration.name)
 }
-
-/// The versions found for the resources whose document names none, by
-/// group/resource: their CRDs' storage versions.
-pub type ResolvedVersions = BTreeMap<GroupResource, String>;
 
 /// Every version: what a rule names when the version of its resource is unknown.
 pub const ALL_VERSIONS: &str = "*";
@@ -462,126 +425,6 @@ fn ownership_hook(
         side_effects: "None".to_owned(),
         admission_review_versions: vec!["v1".to_owned()],
         timeout_seconds: Some(5),
-    }
-}
-
-impl Registration {
-    /// The CA bundle to write into the configurations, read now; `managed`
-    /// is the bundle of the certificates the server keeps itself.
-    pub fn ca_bundle(&self, managed: Option<&[u8]>) -> Result<Option<Vec<u8>>, RegistrationError> {
-        match &self.ca {
-            CaSource::None => Ok(None),
-            CaSource::File(path) => std::fs::read(path)
-                .map(Some)
-                .map_err(|source| RegistrationError::CaFile {
-                    path: path.clone(),
-                    source,
-                }),
-            CaSource::Managed => managed
-                .map(|bundle| Some(bundle.to_vec()))
-                .ok_or(RegistrationError::NoManagedBundle),
-        }
-    }
-}
-
-/// Applies both configurations (server-side apply, forced: statusguard is
-/// the one owner of what it writes). k8s-openapi writes `apiVersion` and
-/// `kind`, which an apply body needs.
-pub async fn apply(client: &Client, configurations: &Configurations) -> Result<(), RegistrationError> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let name = configurations.validating.metadata.name.clone().unwrap_or_default();
-    let write_error = |kind: &'static str| {
-        let name = name.clone();
-        move |source| RegistrationError::Write { kind, name, source }
-    };
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    validating
-        .patch(&name, &params, &Patch::Apply(&configurations.validating))
-        .await
-        .map_err(write_error("ValidatingWebhookConfiguration"))?;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    mutating
-        .patch(&name, &params, &Patch::Apply(&configurations.mutating))
-        .await
-        .map_err(write_error("MutatingWebhookConfiguration"))?;
-    Ok(())
-}
-
-/// What `unregister` did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Unregistered {
-    /// The configurations deleted, by kind.
-    pub deleted: Vec<String>,
-    /// The ConfigMap annotated to stand the servers down, if one was named.
-    pub stood_down: Option<String>,
-}
-
-/// Stands every running server down (the ConfigMap's
-/// [`REGISTRATION_ANNOTATION`] set to `disabled`, when `configmap` is
-/// given), then deletes both configurations, and keeps deleting them until
-/// they have stayed gone for `settle` (a server that applied just before it
-/// saw the annotation cannot bring them back).
-pub async fn unregister(
-    client: &Client,
-    name: &str,
-    configmap: Option<&ConfigMapRef>,
-    settle: Duration,
-) -> Result<Unregistered, kube::Error> {
-    let mut done = Unregistered::default();
-    if let Some(configmap) = configmap {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
-        let patch = serde_json::json!({"metadata": {"annotations": {REGISTRATION_ANNOTATION: "disabled"}}});
-        match api
-            .patch(&configmap.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => done.stood_down = Some(configmap.to_string()),
-            // No ConfigMap: no server has anything to apply.
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let mut quiet_since = tokio::time::Instant::now();
-    loop {
-        let mut deleted_now = false;
-        for (kind, deleted) in [
-            (
-                "ValidatingWebhookConfiguration",
-                delete_if_present(&validating, name).await?,
-            ),
-            (
-                "MutatingWebhookConfiguration",
-                delete_if_present(&mutating, name).await?,
-            ),
-        ] {
-            if deleted {
-                deleted_now = true;
-                let entry = format!("{kind} {name}");
-                if !done.deleted.contains(&entry) {
-                    done.deleted.push(entry);
-                }
-            }
-        }
-        if deleted_now {
-            quiet_since = tokio::time::Instant::now();
-        }
-        if quiet_since.elapsed() >= settle {
-            return Ok(done);
-        }
-        tokio::time::sleep(Duration::from_millis(250).min(settle)).await;
-    }
-}
-
-async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

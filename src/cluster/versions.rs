@@ -22,7 +22,10 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::ownership::{GroupResource, Ownership};
-use crate::webhooks::ResolvedVersions;
+
+/// The versions found for the resources whose document names none, by
+/// group/resource: their CRDs' storage versions.
+pub type ResolvedVersions = BTreeMap<GroupResource, String>;
 
 /// CRDs per page of the initial list: a CRD with large schemas can be
 /// hundreds of kilobytes, and a page is read whole before it is parsed.

@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::server::app::App;
+use crate::server::state::App;
 
 /// The admin port's routes: `/healthz`, `/readyz`, `/metrics`, and
 /// `/observed` (who changed which status items, as JSON).

@@ -1,51 +1,38 @@
 //! Cluster mode: the ownership ConfigMap, watched with kube-runtime.
 //!
-//! Only that one object is watched ([`watch_object`], a field selector on its
-//! name), so a Role limited to get/list/watch of that ConfigMap suffices. A
-//! valid new document replaces the rules atomically; anything else (YAML or
-//! schema errors, overlapping owners, a missing key, a deleted ConfigMap)
-//! leaves the last good rules in force and is reported: a warning log, the
-//! `rules_stale` gauge and `config_reloads_total`, and a Warning Event on the
-//! ConfigMap (reason `InvalidOwnership`).
+//! Only that object and its state ConfigMap are watched ([`watch_object`], a
+//! field selector on each name), so a Role limited to them by name
+//! suffices. A valid new document replaces the rules atomically; anything
+//! else (YAML or schema errors, overlapping owners, a missing key, a
+//! deleted ConfigMap) leaves the last good rules in force and is reported:
+//! a warning log, the `rules_stale` gauge and `config_reloads_total`, and a
+//! Warning Event on the ConfigMap (reason `InvalidOwnership`).
 //!
 //! Every valid document is also kept in the state ConfigMap
 //! ([`crate::rules::state`]), and a server that starts while the ConfigMap
 //! is invalid or absent enforces the kept one: a restart does not turn a
 //! tolerated state into a lockout. The annotation
 //! `statusguard.dev/registration: disabled`, on either ConfigMap, stands the
-//! webhook registration down (see [`crate::webhooks`]); on the state
-//! ConfigMap, which no GitOps tool renders, a re-sync cannot undo it.
+//! webhook registration down: the watch reads both into the [`Switch`] the
+//! registration follows. On the state ConfigMap, which no GitOps tool
+//! renders, a re-sync cannot undo it.
 
 use std::sync::Arc;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher::watch_object;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher::{self, watch_object};
 use kube::{Api, Client, Resource as _};
+use tokio::sync::watch;
 
+use super::events::{self, Events};
+use super::registration::Switch;
 use crate::ownership::CONFIGMAP_KEY;
-use crate::rules::state::{self, registration_disabled};
+use crate::rules::state;
+use crate::rules::store::RuleStore;
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
-use crate::server::app::App;
-
-/// An Event note holds at most 1 kB.
-const EVENT_NOTE_BYTES: usize = 1000;
-
-/// `note` cut to what an Event holds, on a character boundary, with `...`
-/// where it was cut (the Events API refuses a longer note).
-pub(super) fn event_note(mut note: String) -> String {
-    if note.len() > EVENT_NOTE_BYTES {
-        let mut cut = EVENT_NOTE_BYTES - 3;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    note
-}
 
 /// What the watch last acted on: a re-list after a watch restart delivers
 /// the same object again, which changes nothing.
@@ -60,50 +47,54 @@ enum Seen {
 
 /// One change of either watched object.
 enum Change {
-    Ownership(Result<Option<ConfigMap>, kube::runtime::watcher::Error>),
-    State(Result<Option<ConfigMap>, kube::runtime::watcher::Error>),
+    Ownership(Result<Option<ConfigMap>, watcher::Error>),
+    State(Result<Option<ConfigMap>, watcher::Error>),
 }
 
-/// Watches the ConfigMap (and its state ConfigMap) until the process ends.
-/// Watch errors (the API server restarting, a 410 Gone) are retried with
-/// backoff; the rules in force never lapse meanwhile.
-pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<App>) {
+/// Watches the ConfigMap and its state ConfigMap until the process ends:
+/// the document into `rules` (and, when valid, into the state ConfigMap),
+/// both annotations into `switch`. Watch errors (the API server restarting,
+/// a 410 Gone) are retried with backoff; the rules in force never lapse
+/// meanwhile.
+pub async fn watch_configmap(
+    client: Client,
+    configmap: ConfigMapRef,
+    rules: Arc<RuleStore>,
+    switch: watch::Sender<Switch>,
+    events: Events,
+) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
-    let reporter = Reporter {
-        controller: "statusguard".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let state_configmap = state::state_configmap(&configmap);
-    let mut state = WatchState {
+    let mut watch = WatchState {
+        state_configmap: state::state_configmap(&configmap),
         configmap,
-        state_configmap,
-        client: client.clone(),
-        app,
-        recorder: Recorder::new(client, reporter),
+        client,
+        rules,
+        switch,
+        events,
         seen: Seen::Nothing,
         kept: None,
         enforcing_kept: false,
-        disabled_by: Disabled::default(),
+        stood_down: StoodDown::default(),
     };
-    state.start_from_kept().await;
-    tracing::info!(configmap = %state.configmap, state = %state.state_configmap, "watching the ownership ConfigMap");
-    let ownership = watch_object(api.clone(), &state.configmap.name)
+    watch.start_from_kept().await;
+    tracing::info!(configmap = %watch.configmap, state = %watch.state_configmap, "watching the ownership ConfigMap");
+    let ownership = watch_object(api.clone(), &watch.configmap.name)
         .default_backoff()
         .map(Change::Ownership);
-    let kept = watch_object(api, &state.state_configmap.name)
+    let kept = watch_object(api, &watch.state_configmap.name)
         .default_backoff()
         .map(Change::State);
     let mut updates = futures::stream::select(ownership, kept).boxed();
     while let Some(update) = updates.next().await {
         match update {
-            Change::Ownership(Ok(Some(object))) => state.apply(&object).await,
-            Change::Ownership(Ok(None)) => state.gone().await,
+            Change::Ownership(Ok(Some(object))) => watch.apply(&object).await,
+            Change::Ownership(Ok(None)) => watch.gone().await,
             Change::State(Ok(object)) => {
-                state.disabled_by.state = object.as_ref().is_some_and(registration_disabled);
-                state.follow_switch();
+                watch.stood_down.by_state = object.as_ref().map(Switch::of) == Some(Switch::StoodDown);
+                watch.follow_switch();
             }
             Change::Ownership(Err(e)) | Change::State(Err(e)) => {
-                tracing::warn!(configmap = %state.configmap, error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
+                tracing::warn!(configmap = %watch.configmap, error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
             }
         }
     }
@@ -111,29 +102,30 @@ pub async fn watch_configmap(client: Client, configmap: ConfigMapRef, app: Arc<A
 
 /// Which of the two ConfigMaps stands the registration down.
 #[derive(Debug, Default)]
-struct Disabled {
-    ownership: bool,
-    state: bool,
+struct StoodDown {
+    by_ownership: bool,
+    by_state: bool,
 }
 
 struct WatchState {
     configmap: ConfigMapRef,
     state_configmap: ConfigMapRef,
     client: Client,
-    app: Arc<App>,
-    recorder: Recorder,
+    rules: Arc<RuleStore>,
+    switch: watch::Sender<Switch>,
+    events: Events,
     seen: Seen,
     /// The document text the state ConfigMap holds, as far as this server knows.
     kept: Option<String>,
     /// The rules in force came from the state ConfigMap, not (yet) from the
     /// ownership ConfigMap.
     enforcing_kept: bool,
-    disabled_by: Disabled,
+    stood_down: StoodDown,
 }
 
 impl WatchState {
     fn in_force(&self) -> String {
-        match (self.app.rules.current().is_some(), self.enforcing_kept) {
+        match (self.rules.current().is_some(), self.enforcing_kept) {
             (true, true) => format!(
                 "the last valid document, kept in ConfigMap {}, stays in force",
                 self.state_configmap
@@ -155,13 +147,13 @@ impl WatchState {
                 return;
             }
         };
-        self.disabled_by.state = registration_disabled(&object);
+        self.stood_down.by_state = Switch::of(&object) == Switch::StoodDown;
         self.follow_switch();
         match state::kept_document(&object, &self.state_configmap) {
             Ok(Some(kept)) => {
                 let summary = kept.rules.summary();
-                let generation = self.app.rules.replace(kept.rules);
-                self.app.rules.waiting(format!(
+                let generation = self.rules.replace(kept.rules);
+                self.rules.waiting(format!(
                     "enforcing the last valid document, kept in ConfigMap {} (from resourceVersion {}), until ConfigMap {} holds a valid one",
                     self.state_configmap,
                     kept.from_resource_version.as_deref().unwrap_or("unknown"),
@@ -180,12 +172,18 @@ impl WatchState {
 
     /// Registration is on unless either ConfigMap stands it down.
     fn follow_switch(&self) {
-        self.app
-            .set_registration_enabled(!self.disabled_by.ownership && !self.disabled_by.state);
+        let wanted = match self.stood_down.by_ownership || self.stood_down.by_state {
+            true => Switch::StoodDown,
+            false => Switch::Enabled,
+        };
+        self.switch.send_if_modified(|switch| {
+            let was = std::mem::replace(switch, wanted);
+            was != *switch
+        });
     }
 
     async fn apply(&mut self, object: &ConfigMap) {
-        self.disabled_by.ownership = registration_disabled(object);
+        self.stood_down.by_ownership = Switch::of(object) == Switch::StoodDown;
         self.follow_switch();
         let seen = Seen::Document(object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned());
         if self.seen == seen {
@@ -195,7 +193,7 @@ impl WatchState {
         match from_configmap(object, &self.configmap) {
             Ok(rules) => {
                 let summary = rules.summary();
-                let generation = self.app.rules.replace(rules);
+                let generation = self.rules.replace(rules);
                 self.enforcing_kept = false;
                 tracing::info!(configmap = %self.configmap, generation, %summary, "ownership rules loaded");
                 self.keep(object).await;
@@ -231,7 +229,7 @@ impl WatchState {
         let problems = error.problems();
         let in_force = self.in_force();
         tracing::warn!(configmap = %self.configmap, problems = ?problems, "invalid ownership document; {in_force}");
-        self.app.rules.reject(
+        self.rules.reject(
             "invalid",
             format!(
                 "ConfigMap {} holds an invalid ownership document ({in_force}): {}",
@@ -246,15 +244,15 @@ impl WatchState {
     /// The `InvalidOwnership` Warning Event, on the ownership ConfigMap
     /// (which `kubectl describe` shows, or, when it is gone, `kubectl get
     /// events --field-selector involvedObject.name=NAME` still finds).
-    async fn publish_invalid(&self, note: String, regarding: &k8s_openapi::api::core::v1::ObjectReference) {
+    async fn publish_invalid(&self, note: String, regarding: &ObjectReference) {
         let event = Event {
             type_: EventType::Warning,
             reason: "InvalidOwnership".into(),
-            note: Some(event_note(note)),
+            note: Some(events::note(note)),
             action: "LoadOwnership".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, regarding).await {
+        if let Err(e) = self.events.publish(&event, regarding).await {
             tracing::warn!(configmap = %self.configmap, error = %e, "cannot publish the InvalidOwnership event");
         }
     }
@@ -266,7 +264,7 @@ impl WatchState {
         self.seen = Seen::Absent;
         let in_force = self.in_force();
         tracing::warn!(configmap = %self.configmap, "the ownership ConfigMap is absent; {in_force}");
-        self.app.rules.reject(
+        self.rules.reject(
             "missing",
             format!(
                 "ConfigMap {} is absent (not found or deleted); {in_force}",
@@ -275,8 +273,8 @@ impl WatchState {
         );
         // Only where rules are in force: a first install before its
         // ConfigMap exists is not worth a warning.
-        if self.app.rules.current().is_some() {
-            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+        if self.rules.current().is_some() {
+            let regarding = ObjectReference {
                 api_version: Some("v1".to_owned()),
                 kind: Some("ConfigMap".to_owned()),
                 namespace: Some(self.configmap.namespace.clone()),

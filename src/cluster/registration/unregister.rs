@@ -1,0 +1,92 @@
+//! `statusguard unregister`: stand every server down, then delete both
+//! webhook configurations until they stay gone.
+
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+
+use super::Switch;
+use crate::rules::ConfigMapRef;
+
+/// What `unregister` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Unregistered {
+    /// The configurations deleted, by kind.
+    pub deleted: Vec<String>,
+    /// The ConfigMap annotated to stand the servers down, if one was named.
+    pub stood_down: Option<String>,
+}
+
+/// Stands every running server down (the ConfigMap's
+/// [`REGISTRATION_ANNOTATION`](super::REGISTRATION_ANNOTATION) set to
+/// `disabled`, when `configmap` is given), then deletes both
+/// configurations, and keeps deleting them until they have stayed gone for
+/// `settle` (a server that applied just before it saw the annotation cannot
+/// bring them back).
+pub async fn unregister(
+    client: &Client,
+    name: &str,
+    configmap: Option<&ConfigMapRef>,
+    settle: Duration,
+) -> Result<Unregistered, kube::Error> {
+    let mut done = Unregistered::default();
+    if let Some(configmap) = configmap {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
+        let patch = Switch::stand_down_patch();
+        match api
+            .patch(&configmap.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => done.stood_down = Some(configmap.to_string()),
+            // No ConfigMap: no server has anything to apply.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        let mut deleted_now = false;
+        for (kind, deleted) in [
+            (
+                "ValidatingWebhookConfiguration",
+                delete_if_present(&validating, name).await?,
+            ),
+            (
+                "MutatingWebhookConfiguration",
+                delete_if_present(&mutating, name).await?,
+            ),
+        ] {
+            if deleted {
+                deleted_now = true;
+                let entry = format!("{kind} {name}");
+                if !done.deleted.contains(&entry) {
+                    done.deleted.push(entry);
+                }
+            }
+        }
+        if deleted_now {
+            quiet_since = tokio::time::Instant::now();
+        }
+        if quiet_since.elapsed() >= settle {
+            return Ok(done);
+        }
+        tokio::time::sleep(Duration::from_millis(250).min(settle)).await;
+    }
+}
+
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
