@@ -101,9 +101,7 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     // `helm upgrade --force`: every rendered object is replaced.
     let file = release.values(&values);
     let chart = chart().display().to_string();
-    release.helm(&[
-        "upgrade", RELEASE, &chart, "-n", NAMESPACE, "-f", &file, "--force",
-    ]);
+    release.helm(&["upgrade", RELEASE, &chart, "-n", NAMESPACE, "-f", &file, "--force"]);
     let replaced = Instant::now();
     eventually(Duration::from_secs(10), "the webhooks are applied again", || async {
         registered(&s).await.0 > 0

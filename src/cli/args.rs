@@ -9,12 +9,12 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::decision::Endpoint;
-use crate::rules::ConfigMapRef;
 use crate::cluster::certs::secret::SecretRef;
-use crate::server::limits;
 use crate::cluster::registration::desired::WebhookTarget;
+use crate::decision::Endpoint;
 use crate::ownership::FailurePolicy;
+use crate::rules::ConfigMapRef;
+use crate::server::limits;
 
 /// `statusguard`'s arguments.
 #[derive(Debug, Parser)]

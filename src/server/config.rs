@@ -9,11 +9,11 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 
+use crate::cluster::certs::files::{CertFiles, ClientCaFile};
+use crate::cluster::certs::secret::{self as ca, ManagedCerts};
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::Registration;
 use crate::rules::{LoadError, RulesSource};
-use crate::cluster::certs::files::{CertFiles, ClientCaFile};
-use crate::cluster::certs::secret::{self as ca, ManagedCerts};
 use crate::server::limits::{self, Limits};
 use crate::server::state::App;
 use crate::server::tls::{self, SwappableCert};
@@ -70,8 +70,6 @@ pub enum ServerError {
     Rules(#[from] LoadError),
     #[error("--manage-certificates needs --webhook-target or --cert-name: the certificate must name the server")]
     NoCertificateNames,
-    #[error("the managed certificates do not load: {0}")]
-    ManagedCerts(String),
     #[error(
         "cannot reach the Kubernetes API for --configmap or --register-webhooks (in-cluster config, or KUBECONFIG): {0}"
     )]

@@ -3,17 +3,17 @@
 
 use std::process::ExitCode;
 
-use crate::cluster::certs::policy::{CertPolicy, names_for};
 use crate::cli::args::ServeArgs;
-use crate::rules::RulesSource;
+use crate::cluster::certs::files::CertFiles;
+use crate::cluster::certs::policy::{CertPolicy, names_for};
 use crate::cluster::certs::secret::ManagedCerts;
-use crate::server::limits::Limits;
 use crate::cluster::observer::ObserveConfig;
+use crate::cluster::registration::desired::{CaSource, Registration};
+use crate::rules::RulesSource;
 use crate::server::Server;
 use crate::server::config::{CertSource, ServeConfig};
+use crate::server::limits::Limits;
 use crate::server::shutdown::shutdown_signal;
-use crate::cluster::certs::files::CertFiles;
-use crate::cluster::registration::desired::{CaSource, Registration};
 
 pub(crate) async fn run(args: ServeArgs, on_second_signal: impl FnOnce() + Send + 'static) -> anyhow::Result<ExitCode> {
     let server = Server::bind(config(args)).await?;

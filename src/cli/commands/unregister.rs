@@ -12,9 +12,10 @@ use crate::cli::args::UnregisterArgs;
 
 pub(crate) async fn run(args: &UnregisterArgs) -> anyhow::Result<ExitCode> {
     let client = cluster_client().await?;
-    let done = crate::cluster::registration::unregister::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
-        .await
-        .context("cannot unregister")?;
+    let done =
+        crate::cluster::registration::unregister::unregister(&client, &args.name, args.configmap.as_ref(), args.settle)
+            .await
+            .context("cannot unregister")?;
     let mut text = String::new();
     if let Some(configmap) = &done.stood_down {
         text +=

@@ -421,7 +421,10 @@ pub(crate) fn not_after(pem: &str) -> Option<i64> {
 
 /// The names a serving certificate needs for the webhook at `target`, and
 /// `extra`: a Service's DNS names, or a URL's host.
-pub(crate) fn names_for(target: &crate::cluster::registration::desired::WebhookTarget, extra: &[String]) -> BTreeSet<String> {
+pub(crate) fn names_for(
+    target: &crate::cluster::registration::desired::WebhookTarget,
+    extra: &[String],
+) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = extra.iter().filter(|n| !n.is_empty()).cloned().collect();
     match target {
         crate::cluster::registration::desired::WebhookTarget::Service { namespace, name, .. } => {

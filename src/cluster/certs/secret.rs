@@ -14,17 +14,17 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
 use backon::{ExponentialBuilder, Retryable as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt as _};
 use rustls::sign::CertifiedKey;
+use tokio::sync::watch;
 
 use crate::cluster::certs::policy::{self, CertError, CertPolicy, Step, Stored, keys, next};
-use crate::rules::source::split_namespaced_name;
 use crate::metrics::Metrics;
+use crate::rules::source::split_namespaced_name;
 use crate::server::tls::{PemPair, SwappableCert, TlsError, certified_key};
 
 /// Where and how the server keeps its certificates.
