@@ -10,10 +10,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::admission::answer::{Verdict, answer};
+use crate::admission::decide::Endpoint;
 use crate::certs::{CertPolicy, names_for};
-use crate::decision::Endpoint;
 use crate::ownership::Ownership;
-use crate::pipeline::{Verdict, answer};
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::ca::ManagedCerts;
 use crate::server::limits;

@@ -14,8 +14,8 @@ use std::fmt::Write as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
-pub use crate::decision::Item;
-use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
+use crate::admission::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
+use crate::ownership::Item;
 use crate::ownership::{FieldPath, Ownership, OwnershipError};
 
 /// One object's status items by the field manager that set them.

@@ -4,7 +4,7 @@
 //! accept loop), [`admission`] (the webhook endpoints), [`admin`] (probes and
 //! metrics), [`watch`] (the ConfigMap of cluster mode), [`register`] (the
 //! webhook configurations, kept in step with the rules). The decision itself
-//! is [`crate::pipeline::answer`].
+//! is [`crate::admission::answer::answer`].
 
 pub mod accept;
 pub mod admin;
