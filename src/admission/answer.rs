@@ -118,7 +118,7 @@ pub(crate) fn answer_observing(
     let write = match &decided {
         Ok(decision) if decision.mode.is_some_and(|mode| observed_at(mode) == endpoint) => match observe {
             false => Copied::Declined,
-            true => ReviewedWrite::of(&request, rules).map_or(Copied::Nothing, Copied::Write),
+            true => ReviewedWrite::of(&request, rules).map_or(Copied::Nothing, |write| Copied::Write(Box::new(write))),
         },
         _ => Copied::Nothing,
     };

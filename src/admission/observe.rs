@@ -177,8 +177,8 @@ pub enum Copied {
     /// Nothing to observe: not a status UPDATE of a guarded resource, or
     /// not at the endpoint that observes it.
     Nothing,
-    /// The copy.
-    Write(ReviewedWrite),
+    /// The copy (boxed: it is queued as it is, and most answers carry none).
+    Write(Box<ReviewedWrite>),
 }
 
 /// Where a write of a resource in `mode` is observed, once per write: at

@@ -176,3 +176,50 @@ fn restore(
     ops.push(op);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The list restore's two forms, operations and the whole list, are one
+    /// restore: applying the operations gives the list it writes.
+    #[test]
+    fn the_operations_of_a_list_restore_give_the_list_it_writes() {
+        let item = |ty: &str, status: &str| json!({"type": ty, "status": status});
+        let old = vec![
+            item("Ready", "True"),
+            item("Ready", "False"),
+            item("Scaled", "True"),
+            item("Gone", "x"),
+        ];
+        let new = vec![
+            item("Other", "True"),
+            item("Ready", "Unknown"),
+            item("Added", "True"),
+            item("Ready", "False"),
+            item("Scaled", "True"),
+            item("Ready", "extra"),
+        ];
+        let violated: BTreeSet<&str> = ["Ready", "Added", "Gone"].into();
+        let restore = ListRestore::of(&new, &old, &violated);
+        let path = FieldPath::parse("conditions").unwrap();
+        let mut object = json!({"status": {"conditions": new.clone()}});
+        let ops: Vec<PatchOperation> = restore.operations(&path).collect();
+        json_patch::patch(&mut object, &ops).unwrap();
+        let restored = restore.applied_to(&new);
+        assert_eq!(object["status"]["conditions"], Value::Array(restored.clone()));
+        assert_eq!(restore.len_after(new.len()), restored.len());
+        assert_eq!(
+            restored,
+            [
+                item("Other", "True"),
+                item("Ready", "True"),
+                item("Ready", "False"),
+                item("Scaled", "True"),
+                item("Gone", "x"),
+            ]
+        );
+    }
+}

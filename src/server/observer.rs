@@ -279,7 +279,7 @@ impl Observations {
             return;
         };
         let job = Job {
-            write,
+            write: *write,
             rules,
             stopped,
             _reserved: reserved,

@@ -480,6 +480,46 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
     ));
 }
 
+/// The decision parses nothing: it is made on the head and two values, as
+/// an offline caller holds them.
+#[test]
+fn the_decision_is_made_on_values() {
+    use crate::admission::wire::{ResourceRef, Writer};
+    use kube::core::admission::Operation;
+    let resource = ResourceRef {
+        group: "example.com".into(),
+        version: "v1".into(),
+        resource: "widgets".into(),
+    };
+    let writer = Writer {
+        username: Some(SCALER.into()),
+        groups: None,
+    };
+    let head = RequestHead {
+        uid: "u",
+        resource: &resource,
+        sub_resource: Some("status"),
+        operation: &Operation::Update,
+        user_info: &writer,
+    };
+    let (old, new) = stale();
+    let decided = decide(
+        &rules("enforce"),
+        &head,
+        Endpoint::Validate,
+        Some(Some(&old)),
+        Some(Some(&new)),
+    )
+    .unwrap();
+    assert_eq!(decided.outcome, Outcome::Denied);
+    assert_eq!(decided.response.uid, "u");
+    assert_eq!(items(&decided), ["status.observedGeneration", "condition Ready"]);
+    assert!(matches!(
+        decide(&rules("enforce"), &head, Endpoint::Validate, None, Some(Some(&new))),
+        Err(DecisionError::MissingObject("oldObject"))
+    ));
+}
+
 /// The shared fixture in `mode`, its widgets written for `version`.
 fn rules_at_version(mode: &str, version: &str) -> Ownership {
     let text = include_str!("../../../tests/fixtures/ownership.yaml")
