@@ -7,9 +7,10 @@
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use statusguard::decision::{Endpoint, decide, read_and_decide};
+use statusguard::admission::answer::{decide_request, read_and_decide};
+use statusguard::admission::decide::{Endpoint, Outcome};
+use statusguard::admission::wire::{encode_response, parse_request};
 use statusguard::ownership::Ownership;
-use statusguard::review::{encode_response, parse_request};
 use std::hint::black_box;
 
 fn benches(c: &mut Criterion) {
@@ -38,13 +39,13 @@ fn benches(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("decide");
     group.bench_function("validate, own change (allowed)", |b| {
-        b.iter(|| decide(&rules, black_box(&own_request), Endpoint::Validate))
+        b.iter(|| decide_request(&rules, black_box(&own_request), Endpoint::Validate))
     });
     group.bench_function("validate, stale write (denied)", |b| {
-        b.iter(|| decide(&rules, black_box(&stale_request), Endpoint::Validate))
+        b.iter(|| decide_request(&rules, black_box(&stale_request), Endpoint::Validate))
     });
     group.bench_function("mutate, stale write (trimmed)", |b| {
-        b.iter(|| decide(&rules, black_box(&stale_request), Endpoint::Mutate))
+        b.iter(|| decide_request(&rules, black_box(&stale_request), Endpoint::Mutate))
     });
     group.finish();
 
@@ -65,7 +66,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("mutate, stale write (trimmed), two passes", |b| {
         b.iter(|| {
             let request = parse_request(black_box(&stale)).expect("valid");
-            let mut decision = decide(&rules, &request, Endpoint::Mutate).expect("decided");
+            let mut decision = decide_request(&rules, &request, Endpoint::Mutate).expect("decided");
             encode_response(&mut decision.response).expect("encoded")
         })
     });
@@ -83,7 +84,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let (_, decided) = read_and_decide(&rules, black_box(&reordered), Endpoint::Validate).expect("valid");
             let mut decision = decided.expect("decided");
-            assert_eq!(decision.outcome, statusguard::decision::Outcome::Denied);
+            assert_eq!(decision.outcome, Outcome::Denied);
             encode_response(&mut decision.response).expect("encoded")
         })
     });

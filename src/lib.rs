@@ -31,8 +31,8 @@
 //! The public surface, and what is safe to depend on:
 //! - [`ownership`]: the ownership document, shared by the webhook and the library.
 //! - [`rules`]: where the document comes from (file, embedded, ConfigMap), one loader for all.
-//! - [`decision`]: the pure admission decision (deny, trim, or report), [`decision::decide`].
-//! - [`review`]: AdmissionReview on the wire; [`pipeline`]: body to answer, as the server does it.
+//! - [`admission`]: an AdmissionReview read, decided (deny, trim, or report) and answered,
+//!   as the server does it; [`admission::answer::answer`] for offline decisions.
 //! - with the `client` feature: [`flush`], the status flush for controllers.
 //! - with the `server` feature: [`server`] (the webhook), [`cluster`] (what it keeps in
 //!   step with the cluster; of it only the certificates are public), [`metrics`], [`cli`];
@@ -42,11 +42,8 @@
 // Input comes from outside: nothing in the library may panic on it.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod decision;
-pub mod observe;
+pub mod admission;
 pub mod ownership;
-pub mod pipeline;
-pub mod review;
 pub mod rules;
 mod value_budget;
 

@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::decision::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
+use crate::admission::decide::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -46,7 +46,7 @@ pub(crate) struct ObservedLabels {
     pub group: String,
     pub resource: String,
     /// Bounded: the observer's identity cap (then `(other)`), each cut to
-    /// [`crate::observe::MAX_NAME_BYTES`] as the record cuts it.
+    /// [`crate::admission::observe::MAX_NAME_BYTES`] as the record cuts it.
     pub writer: String,
 }
 

@@ -282,10 +282,20 @@ fn the_server_keeps_the_webhooks_and_the_chart_grants_only_that() {
     let quiet_args = container_args(&quiet, "Deployment");
     assert!(quiet_args.contains(&"--events=false".to_owned()), "{quiet_args:?}");
     let role = find("Role");
-    assert_eq!(role["rules"][0]["resourceNames"], json!(["sg-statusguard-ownership"]));
     assert_eq!(
-        role["rules"][1],
-        json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["sg-statusguard-tls"], "verbs": ["get", "update"]})
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["sg-statusguard-ownership"],
+             "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["sg-statusguard-ownership-state"],
+             "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["sg-statusguard-tls"],
+             "verbs": ["get", "list", "watch", "update"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ]),
+        "the state ConfigMap and a deleted Secret are created; nothing else is: {role}"
     );
     // The server's certificates: an empty Secret, no key material in the manifests.
     let secret = find("Secret");
@@ -1512,7 +1522,10 @@ fn the_operator_knobs_render() {
 #[test]
 fn the_alerts_and_the_dashboard_query_metrics_the_server_exports() {
     let metrics = statusguard::metrics::Metrics::default();
-    metrics.error(statusguard::decision::Endpoint::Validate, Duration::from_millis(1));
+    metrics.error(
+        statusguard::admission::decide::Endpoint::Validate,
+        Duration::from_millis(1),
+    );
     metrics.refused_before_reading(413);
     metrics.rules_loaded(1);
     metrics.rules_rejected("invalid");

@@ -7,7 +7,7 @@ mod support;
 use kube::api::{Patch, PatchParams};
 use kube::core::Request;
 use serde_json::{Value, json};
-use statusguard::review::nesting_depth;
+use statusguard::admission::project::nesting_depth;
 use statusguard::rules::RulesSource;
 use support::scenario::{Scenario, Written, send};
 use support::webhook::RunningServer;

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use serde_json::{Map, Value, json};
-use statusguard::decision::{Decision, DecisionError};
+use statusguard::admission::decide::{Decision, DecisionError};
 use statusguard::ownership::Ownership;
 
 /// The shared fixture of the tests, in `mode`.
@@ -108,7 +108,7 @@ pub fn review(writer: &str, old: &Value, new: &Value) -> Value {
 pub fn summary(decided: std::result::Result<Decision, DecisionError>) -> String {
     match decided {
         Ok(mut decision) => {
-            let body = statusguard::review::encode_response(&mut decision.response).expect("encodable");
+            let body = statusguard::admission::wire::encode_response(&mut decision.response).expect("encodable");
             let sent: Value = serde_json::from_slice(&body).expect("JSON");
             format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
         }

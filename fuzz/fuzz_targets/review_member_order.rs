@@ -11,7 +11,9 @@ mod common;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
-use statusguard::decision::{Endpoint, decide, read_and_decide};
+use statusguard::admission::answer::{decide_request, read_and_decide};
+use statusguard::admission::decide::Endpoint;
+use statusguard::admission::wire::ReviewRequest;
 use std::sync::LazyLock;
 
 static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
@@ -29,12 +31,12 @@ fuzz_target!(|data: &[u8]| {
             let mut answers = Vec::new();
             for body in [&api_server_order, &shuffled] {
                 let one_pass = read_and_decide(rules, body, endpoint)
-                    .map(|(request, decided)| format!("{}: {}", request.uid, common::summary(decided)));
-                let two_passes = statusguard::review::parse_request(body).map(|request| {
+                    .map(|(request, decided)| format!("{}: {}", facts(&request), common::summary(decided)));
+                let two_passes = statusguard::admission::wire::parse_request(body).map(|request| {
                     format!(
                         "{}: {}",
-                        request.uid,
-                        common::summary(decide(rules, &request, endpoint))
+                        facts(&request),
+                        common::summary(decide_request(rules, &request, endpoint))
                     )
                 });
                 let text = String::from_utf8_lossy(body);
@@ -51,6 +53,16 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
+/// What the request path reads of a request besides the decision (logs, the
+/// observer): the single pass reads it as the wire does.
+fn facts(request: &ReviewRequest<'_>) -> String {
+    let object_uid = request.object.as_ref().map(|o| o.uid.as_deref());
+    format!(
+        "{} {:?} {} {:?} {} {object_uid:?}",
+        request.uid, request.kind, request.name, request.namespace, request.dry_run
+    )
+}
+
 /// A review of a Widget (or, now and then, of something the rules do not
 /// read), with the head members varied.
 fn review(u: &mut Unstructured<'_>) -> Result<Value> {
@@ -65,7 +77,7 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
     };
     let mut review = common::review(writer, &old, &new);
     let request = &mut review["request"];
-    match u.int_in_range(0..=9)? {
+    match u.int_in_range(0..=11)? {
         0 => request["operation"] = json!("CREATE"),
         1 => request["subResource"] = Value::Null,
         2 => {
@@ -80,6 +92,8 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
             request["object"].as_object_mut().map(|o| o.remove("status"));
         }
         7 => request["dryRun"] = json!(true),
+        8 => request["kind"] = json!(["not", "a", "kind"]),
+        9 => request["object"]["metadata"] = json!({"uid": 7, "name": "w"}),
         _ => {}
     }
     Ok(review)

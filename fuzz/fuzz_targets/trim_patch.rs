@@ -8,9 +8,10 @@ mod common;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use statusguard::decision::{Endpoint, Outcome, decide};
+use statusguard::admission::answer::decide_request;
+use statusguard::admission::decide::{Endpoint, Outcome};
 use statusguard::ownership::condition_type;
-use statusguard::review::parse_request;
+use statusguard::admission::wire::parse_request;
 use std::sync::LazyLock;
 
 static TRIM: LazyLock<statusguard::ownership::Ownership> = LazyLock::new(|| common::rules("trim"));
@@ -21,7 +22,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
     let review = common::review(writer, &old, &new);
     let body = serde_json::to_vec(&review).expect("serializable");
     let request = parse_request(&body).expect("a valid review");
-    let decision = decide(&TRIM, &request, Endpoint::Mutate).expect("decided");
+    let decision = decide_request(&TRIM, &request, Endpoint::Mutate).expect("decided");
     let mut object = review["request"]["object"].clone();
     if let Some(patch) = &decision.response.patch {
         let patch: json_patch::Patch = serde_json::from_slice(patch).expect("the patch is JSON Patch");
@@ -32,7 +33,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
     let body = serde_json::to_vec(&again).expect("serializable");
     let request = parse_request(&body).expect("a valid review");
     for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-        let d = decide(&TRIM, &request, endpoint).expect("decided");
+        let d = decide_request(&TRIM, &request, endpoint).expect("decided");
         assert!(d.violations.is_empty(), "{endpoint:?} after the trim: {:?}", d.violations);
         assert!(matches!(d.outcome, Outcome::Allowed | Outcome::Exempt), "{:?}", d.outcome);
     }

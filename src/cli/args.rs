@@ -9,9 +9,9 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::admission::decide::Endpoint;
 use crate::cluster::certs::secret::SecretRef;
 use crate::cluster::registration::desired::WebhookTarget;
-use crate::decision::Endpoint;
 use crate::ownership::FailurePolicy;
 use crate::rules::ConfigMapRef;
 use crate::server::limits;

@@ -3,9 +3,10 @@
 //! for each denied or trimmed write.
 //!
 //! A handler offers each decided write within a rate (a token bucket): the
-//! offer copies the few facts and the two statuses the observer reads out of
-//! the body ([`project`]), so that the body is freed with the request, and
-//! queues the copy within a byte budget. A full queue, a slow or failing
+//! offer carries the few facts and the two statuses the observer reads,
+//! copied out of the review the decision read (`ReviewedWrite::of`, no
+//! second parse), so that the body is freed with the request, and queues
+//! the copy within a byte budget. A full queue, a slow or failing
 //! Events API never delays or changes a decision: they only drop work,
 //! counted in `statusguard_observations_skipped_total` and
 //! `statusguard_events_total`.
@@ -21,14 +22,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::body::Bytes;
 use tokio::sync::mpsc;
 
 use super::events::{self, Events};
-use crate::decision::{Decision, Item, Violation};
+use crate::admission::decide::Decision;
+use crate::admission::observe::{Basis, COUNTED, Copied, ObservedWriters, Observer, ReviewedWrite, read};
 use crate::metrics::Metrics;
-use crate::observe::{Basis, COUNTED, ObservedWriters, Observer, ReviewedWrite, project, read};
-use crate::ownership::Ownership;
+use crate::ownership::{Item, Ownership, Violation};
 use event_sender::{EventLimits, Pending, Stopped, send_events};
 
 /// How much the observer may do.
@@ -41,7 +41,7 @@ pub struct ObserveConfig {
     /// Fields and condition types per identity; the rest as `(other)`.
     pub max_items: usize,
     /// The bytes the record's names may take (each cut to
-    /// [`crate::observe::MAX_NAME_BYTES`]); past it, new names are counted
+    /// [`crate::admission::observe::MAX_NAME_BYTES`]); past it, new names are counted
     /// as `(other)`.
     pub max_record_bytes: usize,
     /// The bytes of the writes waiting for the observer; a write that does
@@ -237,26 +237,27 @@ impl Observations {
         (observations, observer)
     }
 
+    /// Whether a write offered now could be taken (the rate allows one):
+    /// only then does the request path copy the write out.
+    pub(crate) fn ready(&self) -> bool {
+        self.bucket.lock().is_ok_and(|mut bucket| bucket.ready(Instant::now()))
+    }
+
     /// Offers a decided status write of a guarded resource to the observer:
     /// taken when the rate allows and the queue has room in jobs and bytes,
     /// else counted as skipped. Never waits.
     ///
     /// Costs the request path, for at most `rate_per_second` writes a
-    /// second: one more scan of the body, and a copy of the facts (cut) and
-    /// the two statuses; the body is not kept.
-    pub fn offer(&self, metrics: &Metrics, body: &Bytes, rules: Arc<Ownership>, decision: &Decision) {
-        if !self.take_token() {
+    /// second: the statuses' text kept while the review is read (the request
+    /// path copies a write only while [`ready`](Self::ready)), and a copy of
+    /// the facts (cut) and the two statuses; the body is not kept.
+    pub fn offer(&self, metrics: &Metrics, write: Copied, rules: Arc<Ownership>, decision: &Decision) {
+        if matches!(write, Copied::Declined) || !self.take_token() {
             metrics.observation_skipped("rate");
             return;
         }
-        let write = match project(body, &rules) {
-            Ok(Some(write)) => write,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::debug!(error = %e, "the observer could not read a review");
-                metrics.observation_skipped("unreadable");
-                return;
-            }
+        let Copied::Write(write) = write else {
+            return;
         };
         // A dry run wrote nothing: neither recorded nor an Event.
         if write.facts.dry_run {
@@ -269,7 +270,7 @@ impl Observations {
             return;
         };
         let job = Job {
-            write,
+            write: *write,
             rules,
             stopped,
             _reserved: reserved,

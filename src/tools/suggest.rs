@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::decision::Item;
-use crate::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
+use crate::admission::observe::{OTHER_IDENTITY, OTHER_ITEM, ObservedWriters, ResourceRecord, is_cut};
+use crate::ownership::Item;
 use crate::ownership::{FieldPath, Ownership, OwnershipError};
 use managed_fields::ObjectFields;
 

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use super::print_out;
+use crate::admission::answer::{Verdict, answer};
 use crate::cli::args::ReviewArgs;
 use crate::ownership::Ownership;
-use crate::pipeline::{Verdict, answer};
 use crate::rules::RulesSource;
 
 pub(crate) fn run(args: &ReviewArgs) -> ExitCode {

@@ -15,9 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable as _};
+use futures::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::watch_object;
 use kube::{Client, ResourceExt as _};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
@@ -249,8 +252,16 @@ pub(crate) async fn keep(
         // The first tick is at once: what was loaded was read just now.
         tick.tick().await;
     }
+    // A change of the Secret (emptied or replaced by a forced upgrade or a
+    // GitOps replace, deleted, edited) is repaired at once, not at the next
+    // check. The watch restarts with backoff; the ticks go on meanwhile.
+    let api: Api<Secret> = Api::namespaced(client.clone(), &managed.secret.namespace);
+    let mut changed = watch_object(api, &managed.secret.name).default_backoff().boxed();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some(_) = changed.next() => {}
+        }
         let synced = match &loaded {
             Some(held) => sync(&client, &managed, Some(held)).await,
             None => Ok(first(&client, &managed).await),

@@ -13,10 +13,10 @@ use kube::runtime::events::{Event, EventType};
 use tokio::sync::mpsc;
 
 use super::TokenBucket;
+use crate::admission::decide::Outcome;
+use crate::admission::observe::WriteFacts;
 use crate::cluster::events::Events;
-use crate::decision::Outcome;
 use crate::metrics::Metrics;
-use crate::observe::WriteFacts;
 
 /// Limit on one call to the Kubernetes API (the object's read, an Event).
 pub(super) const EVENT_TIMEOUT: Duration = Duration::from_secs(5);

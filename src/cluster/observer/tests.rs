@@ -3,8 +3,11 @@ use serde_json::{Value, json};
 
 use super::event_sender::*;
 use super::*;
-use crate::decision::{Endpoint, Outcome, read_and_decide};
-use crate::observe::WriteFacts;
+use axum::body::Bytes;
+
+use crate::admission::answer::{answer_observing, read_and_decide};
+use crate::admission::decide::{Endpoint, Outcome};
+use crate::admission::observe::WriteFacts;
 
 fn rules() -> Arc<Ownership> {
     Arc::new(Ownership::from_yaml(include_str!("../../../tests/fixtures/ownership.yaml")).unwrap())
@@ -33,6 +36,11 @@ fn stale_review(filler: usize, status_filler: usize) -> Vec<u8> {
         }
     }))
     .unwrap()
+}
+
+/// The write as the request path copies it out for the observer.
+fn copied(rules: &Ownership, body: &[u8]) -> Copied {
+    answer_observing(Some(rules), body, Endpoint::Validate, true).1
 }
 
 fn decision(rules: &Ownership, body: &[u8]) -> Decision {
@@ -153,7 +161,7 @@ async fn the_queue_holds_a_copy_of_the_statuses_never_the_body() {
     let body = Bytes::from(stale_review(4 * 1024 * 1024, 0));
     let decided = decision(&rules, &body);
     assert_eq!(decided.outcome, Outcome::Denied);
-    observations.offer(&metrics, &body, rules.clone(), &decided);
+    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
     assert!(body.is_unique(), "the queued job shares the request's body");
     let queued = observations.budget.used();
     assert!((1..4096).contains(&queued), "the job takes {queued} bytes");
@@ -175,8 +183,8 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     // observer is not running, so nothing is taken off the queue).
     let body = Bytes::from(stale_review(0, 200 * 1024));
     let decided = decision(&rules, &body);
-    observations.offer(&metrics, &body, rules.clone(), &decided);
-    observations.offer(&metrics, &body, rules.clone(), &decided);
+    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
+    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
     assert_eq!(
         counter(&metrics, "statusguard_observations_skipped_total{result=\"bytes\"}"),
         Some(1.0)
@@ -185,7 +193,12 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     assert!((200 * 1024..256 * 1024).contains(&used), "{used}");
     // A small write still fits beside it.
     let small = Bytes::from(stale_review(0, 0));
-    observations.offer(&metrics, &small, rules.clone(), &decision(&rules, &small));
+    observations.offer(
+        &metrics,
+        copied(&rules, &small),
+        rules.clone(),
+        &decision(&rules, &small),
+    );
     assert_eq!(
         counter(&metrics, "statusguard_observations_skipped_total{result=\"bytes\"}"),
         Some(1.0)
@@ -211,7 +224,7 @@ async fn a_dry_run_is_not_queued() {
     let mut review: Value = serde_json::from_slice(&stale_review(0, 0)).unwrap();
     review["request"]["dryRun"] = json!(true);
     let body = Bytes::from(serde_json::to_vec(&review).unwrap());
-    observations.offer(&metrics, &body, rules.clone(), &decision(&rules, &body));
+    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decision(&rules, &body));
     assert_eq!(observations.budget.used(), 0);
 }
 

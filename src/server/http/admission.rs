@@ -1,5 +1,5 @@
 //! The webhook endpoints: read the body, answer through the one pipeline,
-//! record, reply. The decision itself is [`crate::decision::decide`].
+//! record, reply. The decision itself is [`crate::admission::decide::decide`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tracing::field::Empty;
 
-use crate::decision::{Decision, Endpoint, Outcome};
-use crate::ownership::{Mode, Ownership};
-use crate::pipeline::{Answer, RequestFacts, Verdict, answer};
+use crate::admission::answer::{Answer, RequestFacts, Verdict, answer_observing};
+use crate::admission::decide::{Decision, Endpoint, Outcome};
+use crate::admission::observe::{Copied, observed_at};
+use crate::ownership::Ownership;
 use crate::rules::{self, ConfigMapRef};
 use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
 use crate::server::state::App;
@@ -187,25 +188,21 @@ async fn answer_off_the_workers_if_large(
 fn answer_and_offer(app: &App, body: &Bytes, endpoint: Endpoint) -> (Answer, Duration) {
     let started = Instant::now();
     let rules = app.rules.current();
-    let answer = answer(rules.as_deref(), body, endpoint);
+    // The write is copied out for the observer only while it could take it.
+    let observing = app.observations.ready();
+    let (answer, write) = answer_observing(rules.as_deref(), body, endpoint, observing);
     let elapsed = started.elapsed();
     if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
-        observe(app, endpoint, body, rules, decision);
+        observe(app, endpoint, write, rules, decision);
     }
     (answer, elapsed)
 }
 
 /// Offers a status write of a guarded resource to the observer, once per
-/// write: at `/mutate` for trim resources (`/validate` then sees the
-/// trimmed object), at `/validate` for the others.
-fn observe(app: &App, endpoint: Endpoint, body: &Bytes, rules: Arc<Ownership>, decision: &Decision) {
-    let observed_at = match decision.mode {
-        None => return,
-        Some(Mode::Trim) => Endpoint::Mutate,
-        Some(_) => Endpoint::Validate,
-    };
-    if endpoint == observed_at {
-        app.observations.offer(&app.metrics, body, rules, decision);
+/// write: at the endpoint that observes its mode ([`observed_at`]).
+fn observe(app: &App, endpoint: Endpoint, write: Copied, rules: Arc<Ownership>, decision: &Decision) {
+    if decision.mode.is_some_and(|mode| observed_at(mode) == endpoint) {
+        app.observations.offer(&app.metrics, write, rules, decision);
     }
 }
 

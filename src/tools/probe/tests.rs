@@ -1,7 +1,7 @@
 use super::*;
-use crate::decision::{Endpoint, Outcome};
+use crate::admission::answer::{Verdict, answer};
+use crate::admission::decide::{Endpoint, Outcome};
 use crate::ownership::Ownership;
-use crate::pipeline::{Verdict, answer};
 
 /// The client certificate is loaded once, with its key checked against
 /// it; a wrong pair is named before any webhook is called.

@@ -9,7 +9,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 
 use super::managed_fields::{ObjectFields, object_fields};
-use crate::observe::ObservedWriters;
+use crate::admission::observe::ObservedWriters;
 
 /// Why the cluster or a record could not be read.
 #[derive(Debug, thiserror::Error)]

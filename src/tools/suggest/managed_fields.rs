@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::Value;
 
-use crate::decision::Item;
 use crate::ownership::FieldPath;
+use crate::ownership::Item;
 
 /// One object's status items by the field manager that set them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

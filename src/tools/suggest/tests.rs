@@ -3,7 +3,7 @@ use serde_json::{Value, json};
 
 use super::managed_fields::object_fields;
 use super::*;
-use crate::observe::{IdentityRecord, ResourceRecord};
+use crate::admission::observe::{IdentityRecord, ResourceRecord};
 
 fn entry(manager: &str, subresource: Option<&str>, status: Value) -> ManagedFieldsEntry {
     ManagedFieldsEntry {
@@ -71,8 +71,8 @@ fn observed() -> ObservedWriters {
         conditions: conditions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
     };
     ObservedWriters {
-        basis: Some(crate::observe::Basis {
-            counted: crate::observe::COUNTED.into(),
+        basis: Some(crate::admission::observe::Basis {
+            counted: crate::admission::observe::COUNTED.into(),
             replica: None,
             since: "2026-12-03T12:00:00Z".into(),
             authenticated_callers: true,
@@ -238,7 +238,7 @@ fn cut_names_in_the_record_are_not_drafted() {
     let mut record = observed();
     let cut = format!(
         "system:serviceaccount:ops:{}",
-        crate::observe::cut_to(&"x".repeat(600), 100)
+        crate::admission::observe::cut_to(&"x".repeat(600), 100)
     );
     record.resources[0].writers.push(IdentityRecord {
         identity: cut.clone(),

@@ -2,14 +2,18 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::review::parse_request;
+use crate::admission::answer::{decide_request, read_and_decide};
+use crate::admission::one_pass::{self, Reading};
+use crate::admission::trim::restoring_patch;
+use crate::admission::wire::{RequestHead, ReviewError, ReviewRequest, encode_response, parse_request};
 
 const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
 
 /// The shared fixture (tests/fixtures/ownership.yaml) in `mode`.
 fn rules(mode: &str) -> Ownership {
-    let text = include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+    let text =
+        include_str!("../../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
     Ownership::from_yaml(&text).unwrap()
 }
 
@@ -32,7 +36,7 @@ fn review(user: &str, old: Value, new: Value) -> Value {
 fn decide_json(rules: &Ownership, review: &Value, endpoint: Endpoint) -> Decision {
     let body = serde_json::to_vec(review).unwrap();
     let request = parse_request(&body).unwrap();
-    decide(rules, &request, endpoint).unwrap()
+    decide_request(rules, &request, endpoint).unwrap()
 }
 
 fn status_decision(mode: &str, user: &str, old: Value, new: Value, endpoint: Endpoint) -> Decision {
@@ -471,14 +475,54 @@ fn a_status_update_without_old_object_is_an_error_not_a_guess() {
     let body = serde_json::to_vec(&r).unwrap();
     let request = parse_request(&body).unwrap();
     assert!(matches!(
-        decide(&rules("enforce"), &request, Endpoint::Validate),
+        decide_request(&rules("enforce"), &request, Endpoint::Validate),
+        Err(DecisionError::MissingObject("oldObject"))
+    ));
+}
+
+/// The decision parses nothing: it is made on the head and two values, as
+/// an offline caller holds them.
+#[test]
+fn the_decision_is_made_on_values() {
+    use crate::admission::wire::{ResourceRef, Writer};
+    use kube::core::admission::Operation;
+    let resource = ResourceRef {
+        group: "example.com".into(),
+        version: "v1".into(),
+        resource: "widgets".into(),
+    };
+    let writer = Writer {
+        username: Some(SCALER.into()),
+        groups: None,
+    };
+    let head = RequestHead {
+        uid: "u",
+        resource: &resource,
+        sub_resource: Some("status"),
+        operation: &Operation::Update,
+        user_info: &writer,
+    };
+    let (old, new) = stale();
+    let decided = decide(
+        &rules("enforce"),
+        &head,
+        Endpoint::Validate,
+        Some(Some(&old)),
+        Some(Some(&new)),
+    )
+    .unwrap();
+    assert_eq!(decided.outcome, Outcome::Denied);
+    assert_eq!(decided.response.uid, "u");
+    assert_eq!(items(&decided), ["status.observedGeneration", "condition Ready"]);
+    assert!(matches!(
+        decide(&rules("enforce"), &head, Endpoint::Validate, None, Some(Some(&new))),
         Err(DecisionError::MissingObject("oldObject"))
     ));
 }
 
 /// The shared fixture in `mode`, its widgets written for `version`.
 fn rules_at_version(mode: &str, version: &str) -> Ownership {
-    let text = include_str!("../../tests/fixtures/ownership.yaml")
+    let text = include_str!("../../../tests/fixtures/ownership.yaml")
         .replace("mode: enforce", &format!("mode: {mode}"))
         .replace(
             "    resource: widgets\n",
@@ -506,7 +550,7 @@ fn in_version(mut review: Value, version: Option<&str>) -> Value {
 fn read_both(rules: &Ownership, review: &Value, endpoint: Endpoint) -> Result<Decision, DecisionError> {
     let body = in_api_server_order(review);
     let request = parse_request(&body).unwrap();
-    let two_passes = decide(rules, &request, endpoint);
+    let two_passes = decide_request(rules, &request, endpoint);
     let (_, one_pass) = read_and_decide(rules, &body, endpoint).unwrap();
     let text = |d: &Result<Decision, DecisionError>| match d {
         Ok(d) => format!("{:?} {:?}", d.outcome, d.violations),
@@ -786,7 +830,7 @@ proptest! {
         prop_assert_eq!((narrow.dry_run, &narrow.name, &narrow.namespace), (full.dry_run, &full.name, &full.namespace));
 
         let rules = rules("enforce");
-        let decision = decide(&rules, &narrow, Endpoint::Validate).unwrap();
+        let decision = decide_request(&rules, &narrow, Endpoint::Validate).unwrap();
         let expected = match rules.resource("example.com", resource) {
             Some(resource_rules) if operation == "UPDATE" && sub == Some("status") && !rules.is_exempt(writer, narrow.groups()) => {
                 let status = |o: &Option<kube::core::DynamicObject>| o.as_ref().and_then(|o| o.data.get("status")).cloned();
@@ -827,12 +871,12 @@ fn in_api_server_order(review: &Value) -> Vec<u8> {
 }
 
 /// What a reader and a decision answer, comparable across the two paths.
-fn answered(read: Result<(ReviewRequest<'_>, Result<Decision, DecisionError>), crate::review::ReviewError>) -> String {
+fn answered(read: Result<(ReviewRequest<'_>, Result<Decision, DecisionError>), ReviewError>) -> String {
     match read {
         Err(e) => format!("not read: {e}"),
         Ok((request, Err(e))) => format!("{}: not decided: {e}", request.uid),
         Ok((_, Ok(mut decision))) => {
-            let body = crate::review::encode_response(&mut decision.response).unwrap();
+            let body = encode_response(&mut decision.response).unwrap();
             // As a value: audit annotations are a hash map, in no set order.
             let sent: Value = serde_json::from_slice(&body).unwrap();
             format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
@@ -843,29 +887,32 @@ fn answered(read: Result<(ReviewRequest<'_>, Result<Decision, DecisionError>), c
 #[test]
 fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to_two_passes() {
     let rules = rules("enforce");
-    let plan = |head: RequestHead<'_>| match plan(&rules, head, Endpoint::Validate) {
-        Plan::Read(r) => Some(&r.read_paths),
+    let plan = |head: &RequestHead<'_>| match plan(&rules, head, Endpoint::Validate) {
+        Plan::Read(r) => Some(Reading {
+            paths: &r.read_paths,
+            keep_text: false,
+        }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
     let (old, new) = stale();
     let review = review(SCALER, old, new);
-    let (_, statuses) = parse_request_projecting(&in_api_server_order(&review), plan).unwrap();
+    let (_, statuses) = one_pass::read(&in_api_server_order(&review), plan).unwrap();
     let statuses = statuses.expect("projected in the single pass");
     assert_eq!(statuses.new.unwrap().unwrap()["observedGeneration"], 1);
     // serde_json writes the members sorted: `object` before `resource`.
     let sorted = serde_json::to_vec(&review).unwrap();
-    let (request, statuses) = parse_request_projecting(&sorted, plan).unwrap();
+    let (request, statuses) = one_pass::read(&sorted, plan).unwrap();
     assert!(statuses.is_none() && request.object.unwrap().status.is_some());
     // A duplicate member, escaped text and a deep owned value are left to
     // the two-pass path.
     let mut duplicated = in_api_server_order(&review);
     duplicated.truncate(duplicated.len() - 2);
     duplicated.extend_from_slice(br#","uid":"again"}}"#);
-    assert!(parse_request_projecting(&duplicated, plan).is_none());
+    assert!(one_pass::read(&duplicated, plan).is_none());
     let deep = json!({"observedGeneration": (0..200).fold(json!(1), |v, _| json!([v]))});
     let deep_review = review_with(SCALER, vec![], "UPDATE", Some("status"), "widgets", json!({}), deep);
     let deep_body = in_api_server_order(&deep_review);
-    assert!(parse_request_projecting(&deep_body, plan).is_none());
+    assert!(one_pass::read(&deep_body, plan).is_none());
     let (_, decided) = read_and_decide(&rules, &deep_body, Endpoint::Validate).unwrap();
     assert_eq!(decided.unwrap().outcome, Outcome::Denied);
 }
@@ -899,7 +946,7 @@ proptest! {
                 let rules = rules(mode);
                 for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
                     let two_passes = parse_request(&body).map(|request| {
-                        let decided = decide(&rules, &request, endpoint);
+                        let decided = decide_request(&rules, &request, endpoint);
                         (request, decided)
                     });
                     prop_assert_eq!(
@@ -1151,7 +1198,7 @@ fn both_paths(body: &[u8]) -> Vec<String> {
         let rules = rules(mode);
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let two_passes = parse_request(body).map(|request| {
-                let decided = decide(&rules, &request, endpoint);
+                let decided = decide_request(&rules, &request, endpoint);
                 (request, decided)
             });
             let one_pass = answered(read_and_decide(&rules, body, endpoint));

@@ -1,9 +1,23 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::admission::wire::{ReviewError, parse_request};
+
+/// A body as the request path copies it out: parsed once, then copied.
+fn project(body: &[u8], rules: &Ownership) -> Result<Option<ReviewedWrite>, ReviewError> {
+    parse_request(body).map(|request| ReviewedWrite::of(&request, rules))
+}
+
+/// A body copied out, then read as the observer reads it.
+fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite>, String> {
+    match project(body, rules).map_err(|e| e.to_string())? {
+        Some(write) => read(write, rules).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
 
 fn rules() -> Ownership {
-    Ownership::from_yaml(include_str!("../../tests/fixtures/ownership.yaml")).unwrap()
+    Ownership::from_yaml(include_str!("../../../tests/fixtures/ownership.yaml")).unwrap()
 }
 
 fn review(writer: &str, old: Value, new: Value) -> Vec<u8> {

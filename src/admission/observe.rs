@@ -5,21 +5,20 @@
 //! chooses, while the API server's `userInfo` is the identity the webhook
 //! enforces.
 //!
-//! Pure: the server copies each write it observes out of the review on
-//! the request path ([`project`]) and reads the copy off it ([`read`], in
-//! `server::observer`).
+//! Pure: the request path copies each write it observes out of the review
+//! it read for the decision (`ReviewedWrite::of`, never a second parse of
+//! the body), and the server's observer reads the copy off it ([`read`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::core::admission::Operation;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::decision::Item;
-use crate::ownership::{FieldPath, Ownership, ResourceRules, condition_type, same_value};
-use crate::review::is_status_update;
+use super::decide::Endpoint;
+use super::wire::{ObjectView, ReviewRequest};
+use crate::ownership::{FieldPath, Item, Mode, Ownership, ResourceRules, condition_type, same_value};
 
 /// What the values built from one observed write may cost (estimated, see
 /// `value_budget`): a quarter of a decision's.
@@ -139,114 +138,57 @@ pub struct ObservedWrite {
     pub changed: Vec<Item>,
 }
 
-/// The parts of a review the observer reads: those of
-/// [`crate::review::ReviewRequest`], plus the object's kind and uid that an
-/// Event names (the decision never reads them). Strings are borrowed
-/// from the body where serde can (not inside an `Option`), so that mostly
-/// only what is kept, cut, is copied.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    request: Option<Request<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Request<'a> {
-    #[serde(borrow, default)]
-    kind: Option<KindRef<'a>>,
-    #[serde(borrow)]
-    resource: ResourceRef<'a>,
-    #[serde(borrow, default)]
-    sub_resource: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Cow<'a, str>,
-    #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
-    operation: Operation,
-    #[serde(borrow, default)]
-    user_info: UserInfo<'a>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-    #[serde(borrow, default)]
-    object: Option<Object<'a>>,
-    #[serde(borrow, default)]
-    old_object: Option<Object<'a>>,
-}
-
-#[derive(Deserialize)]
-struct KindRef<'a> {
-    #[serde(borrow, default)]
-    kind: Cow<'a, str>,
-}
-
-#[derive(Deserialize)]
-struct ResourceRef<'a> {
-    #[serde(borrow, default)]
-    group: Cow<'a, str>,
-    #[serde(borrow, default)]
-    version: Cow<'a, str>,
-    #[serde(borrow)]
-    resource: Cow<'a, str>,
-}
-
-#[derive(Deserialize, Default)]
-struct UserInfo<'a> {
-    #[serde(borrow, default)]
-    username: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Object<'a> {
-    #[serde(borrow, default)]
-    metadata: Option<Metadata<'a>>,
-    #[serde(borrow, default)]
-    status: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Metadata<'a> {
-    #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
-}
-
-/// Copies a status UPDATE of a resource `rules` names out of an
-/// AdmissionReview body (one scan of it); `Ok(None)` for any other request.
-pub fn project(body: &[u8], rules: &Ownership) -> Result<Option<ReviewedWrite>, serde_json::Error> {
-    let envelope: Envelope<'_> = serde_json::from_slice(body)?;
-    let Some(request) = envelope.request else {
-        return Ok(None);
-    };
-    if !is_status_update(&request.operation, request.sub_resource.as_deref()) {
-        return Ok(None);
+impl ReviewedWrite {
+    /// Copies a status UPDATE of a resource `rules` names out of a request
+    /// as it was read for the decision (the statuses as text: see
+    /// `one_pass`'s `keep_text`); `None` for any other request.
+    pub(crate) fn of(request: &ReviewRequest<'_>, rules: &Ownership) -> Option<Self> {
+        if !request.is_status_update() {
+            return None;
+        }
+        // The group and resource are the configured ones: bounded by the rules.
+        let resource = rules.resource(&request.resource.group, &request.resource.resource)?;
+        let kept = |s: &str| cut_name(s).into_owned();
+        let status = |o: &Option<ObjectView<'_>>| o.as_ref().and_then(|o| o.status).map(ToOwned::to_owned);
+        let facts = WriteFacts {
+            writer: request.user_info.username.as_deref().map(kept).unwrap_or_default(),
+            group: resource.group.clone(),
+            version: kept(&request.resource.version),
+            resource: resource.resource.clone(),
+            kind: request.kind.as_deref().map(kept).unwrap_or_default(),
+            name: kept(&request.name),
+            namespace: request.namespace.as_deref().filter(|n| !n.is_empty()).map(kept),
+            uid: request.object.as_ref().and_then(|o| o.uid.as_deref()).map(kept),
+            dry_run: request.dry_run,
+        };
+        Some(Self {
+            facts,
+            old_status: status(&request.old_object),
+            new_status: status(&request.object),
+        })
     }
-    // The group and resource are the configured ones: bounded by the rules.
-    let Some(resource) = rules.resource(&request.resource.group, &request.resource.resource) else {
-        return Ok(None);
-    };
-    let kept = |s: &str| cut_name(s).into_owned();
-    let status = |o: &Option<Object<'_>>| o.as_ref().and_then(|o| o.status).map(ToOwned::to_owned);
-    let facts = WriteFacts {
-        writer: request.user_info.username.as_deref().map(kept).unwrap_or_default(),
-        group: resource.group.clone(),
-        version: kept(&request.resource.version),
-        resource: resource.resource.clone(),
-        kind: request.kind.as_ref().map(|k| kept(&k.kind)).unwrap_or_default(),
-        name: kept(&request.name),
-        namespace: request.namespace.as_deref().filter(|n| !n.is_empty()).map(kept),
-        uid: request
-            .object
-            .as_ref()
-            .and_then(|o| o.metadata.as_ref())
-            .and_then(|m| m.uid.as_deref())
-            .map(kept),
-        dry_run: request.dry_run.unwrap_or(false),
-    };
-    Ok(Some(ReviewedWrite {
-        facts,
-        old_status: status(&request.old_object),
-        new_status: status(&request.object),
-    }))
+}
+
+/// What the request path kept of a decided write for the observer.
+#[derive(Debug)]
+pub enum Copied {
+    /// Not copied: the observer could take no write when the review was read.
+    Declined,
+    /// Nothing to observe: not a status UPDATE of a guarded resource, or
+    /// not at the endpoint that observes it.
+    Nothing,
+    /// The copy (boxed: it is queued as it is, and most answers carry none).
+    Write(Box<ReviewedWrite>),
+}
+
+/// Where a write of a resource in `mode` is observed, once per write: at
+/// `/mutate` for trim resources (`/validate` then sees the trimmed object),
+/// at `/validate` for the others.
+pub(crate) fn observed_at(mode: Mode) -> Endpoint {
+    match mode {
+        Mode::Trim => Endpoint::Mutate,
+        Mode::Enforce | Mode::Audit => Endpoint::Validate,
+    }
 }
 
 /// What a copied-out write changed; `Ok(None)` when the rules in force no
@@ -265,15 +207,6 @@ pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWr
         facts: write.facts,
         changed,
     }))
-}
-
-/// Reads a status UPDATE of a resource `rules` names from an AdmissionReview
-/// body ([`project`], then [`read`]); `Ok(None)` for any other request.
-pub fn read_write(body: &[u8], rules: &Ownership) -> Result<Option<ObservedWrite>, serde_json::Error> {
-    match project(body, rules)? {
-        Some(write) => read(write, rules),
-        None => Ok(None),
-    }
 }
 
 /// The items a write changes, old status to new: each condition type whose

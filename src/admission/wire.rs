@@ -1,0 +1,458 @@
+//! AdmissionReview on the wire: the one definition of the request
+//! statusguard reads, and the response in the form the API server documents.
+//!
+//! The request side is a narrow view of `admission.k8s.io/v1`: of `object`
+//! and `oldObject` only the `metadata.uid` and the `status` are kept, the
+//! status as unparsed text ([`RawValue`]) borrowed from the body, and the
+//! decision later parses only the status paths its rules read (see
+//! `project`). Everything else is skipped by serde_json without being built,
+//! and without recursion, so neither the size nor the depth of an object
+//! costs more than reading it. [`ReviewRequest`] is the only list of the
+//! request's members: the single pass (`one_pass`) reads them through its
+//! derived `Deserialize`. The response side is kube's [`AdmissionResponse`].
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// Why a body is not an admission review statusguard can answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReviewError {
+    /// Not JSON.
+    #[error("malformed JSON: {0}")]
+    Json(serde_json::Error),
+    /// JSON, but not of the AdmissionReview's shape.
+    #[error("not an AdmissionReview: {0}")]
+    NotAReview(serde_json::Error),
+    /// Another apiVersion or kind.
+    #[error("unsupported review {api_version}/{kind}: statusguard answers {META_API_VERSION_V1}/{META_KIND}")]
+    Version {
+        /// The review's apiVersion.
+        api_version: String,
+        /// The review's kind.
+        kind: String,
+    },
+    /// A review without `request`.
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+    /// The response could not be serialized.
+    #[error("could not encode the response: {0}")]
+    Encode(serde_json::Error),
+}
+
+/// The parts of an `admission.k8s.io/v1` AdmissionRequest that statusguard
+/// reads, borrowed from the request body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRequest<'a> {
+    /// Copied into the response.
+    pub uid: String,
+    /// The object's kind (`kind.kind`), for an Event on it; the decision
+    /// never reads it, so any other shape of `kind` reads as `None`.
+    #[serde(borrow, deserialize_with = "kind_of")]
+    pub kind: Option<Cow<'a, str>>,
+    /// The resource written.
+    pub resource: ResourceRef,
+    /// `status` for a write of the status subresource.
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    /// The object's name (for logs).
+    #[serde(default)]
+    pub name: String,
+    /// The object's namespace (for logs).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// UPDATE for PUT and every PATCH alike.
+    pub operation: Operation,
+    /// Who writes.
+    pub user_info: Writer,
+    /// The object as it will be stored.
+    #[serde(borrow, default)]
+    pub object: Option<ObjectView<'a>>,
+    /// The object as it is stored.
+    #[serde(borrow, default)]
+    pub old_object: Option<ObjectView<'a>>,
+    /// Nothing will be persisted (absent or `null`: false).
+    #[serde(default, deserialize_with = "null_as_false")]
+    pub dry_run: bool,
+}
+
+fn null_as_false<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// An object of a review: its uid and its `status`, unparsed; every other
+/// member is skipped unread.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ObjectView<'a> {
+    /// `metadata.uid`, for an Event on the object; the decision never reads
+    /// it, so any other shape of `metadata` reads as `None`.
+    #[serde(borrow, default, rename = "metadata", deserialize_with = "uid_of")]
+    pub uid: Option<Cow<'a, str>>,
+    /// `status`, absent or `null` alike as `None`.
+    #[serde(borrow, default)]
+    pub status: Option<&'a RawValue>,
+}
+
+/// `request.resource`: what the rules are looked up by, and the version
+/// the objects are in.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ResourceRef {
+    /// The API group; `""` is the core group.
+    pub group: String,
+    /// The version the review's objects are in (after the API server's
+    /// conversion, under `matchPolicy: Equivalent`); empty when not sent.
+    #[serde(default)]
+    pub version: String,
+    /// The plural resource name.
+    pub resource: String,
+}
+
+/// `request.userInfo`: who writes. `extra` and `uid` are not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Writer {
+    /// The user name (`system:serviceaccount:NS:NAME` for a service account).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// The groups the user is in.
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+}
+
+impl Writer {
+    /// The user name (empty when the API server sent none).
+    pub fn name(&self) -> &str {
+        self.username.as_deref().unwrap_or_default()
+    }
+
+    /// The groups (none when the API server sent none).
+    pub fn group_names(&self) -> &[String] {
+        self.groups.as_deref().unwrap_or_default()
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow, default)]
+    request: Option<ReviewRequest<'a>>,
+}
+
+/// Parses an `admission.k8s.io/v1` AdmissionReview and returns its request.
+pub fn parse_request(body: &[u8]) -> Result<ReviewRequest<'_>, ReviewError> {
+    let review: Envelope<'_> = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            ReviewError::NotAReview(e)
+        } else {
+            ReviewError::Json(e)
+        }
+    })?;
+    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
+        return Err(ReviewError::Version {
+            api_version: review.api_version,
+            kind: review.kind,
+        });
+    }
+    review.request.ok_or(ReviewError::NoRequest)
+}
+
+/// The request without its objects: what the decision is made on, besides
+/// the two statuses.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'h> {
+    /// Copied into the response.
+    pub uid: &'h str,
+    /// The resource written.
+    pub resource: &'h ResourceRef,
+    /// `status` for a write of the status subresource.
+    pub sub_resource: Option<&'h str>,
+    /// UPDATE for PUT and every PATCH alike.
+    pub operation: &'h Operation,
+    /// Who writes.
+    pub user_info: &'h Writer,
+}
+
+impl RequestHead<'_> {
+    /// The allowing response to this request, to build on.
+    pub fn allow(&self) -> AdmissionResponse {
+        let mut response = AdmissionResponse::invalid("");
+        response.uid = self.uid.to_owned();
+        response.allowed = true;
+        response.result = Default::default();
+        response
+    }
+
+    /// A status UPDATE: the only kind of request statusguard inspects.
+    pub fn is_status_update(&self) -> bool {
+        *self.operation == Operation::Update && self.sub_resource == Some("status")
+    }
+}
+
+impl ReviewRequest<'_> {
+    /// The request without its objects.
+    pub fn head(&self) -> RequestHead<'_> {
+        RequestHead {
+            uid: &self.uid,
+            resource: &self.resource,
+            sub_resource: self.sub_resource.as_deref(),
+            operation: &self.operation,
+            user_info: &self.user_info,
+        }
+    }
+
+    /// The allowing response to this request, to build on.
+    pub fn allow(&self) -> AdmissionResponse {
+        self.head().allow()
+    }
+
+    /// The writer's user name (empty when the API server sent none).
+    pub fn username(&self) -> &str {
+        self.user_info.name()
+    }
+
+    /// The writer's groups.
+    pub fn groups(&self) -> &[String] {
+        self.user_info.group_names()
+    }
+
+    /// A status UPDATE: the only kind of request statusguard inspects.
+    pub fn is_status_update(&self) -> bool {
+        self.head().is_status_update()
+    }
+}
+
+/// A response for a review that could be read but not decided: the API
+/// server shows `message` to the writer, with the HTTP-like `code`.
+pub fn refuse(mut response: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    response.allowed = false;
+    response.result = kube::core::Status::failure(&message, reason).with_code(code);
+    response
+}
+
+fn kind_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    deserializer.deserialize_any(StringAt("kind"))
+}
+
+fn uid_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    UidOf.deserialize(deserializer)
+}
+
+/// `metadata`, read as [`ObjectView`] reads it: only its uid, leniently.
+pub(crate) struct UidOf;
+
+impl<'de> DeserializeSeed<'de> for UidOf {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(StringAt("uid"))
+    }
+}
+
+/// The string member `.0` of a JSON object, read leniently: anything else
+/// (no such member, another type, not an object) is `None`. For facts only
+/// an Event names: a review the decision reads is never refused over them.
+struct StringAt(&'static str);
+
+/// A string, or `None` for any other JSON value (skipped unread).
+struct AnyString;
+
+/// The scalar visits of a lenient visitor: every one is `None`.
+macro_rules! scalars_as_none {
+    () => {
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    };
+}
+
+impl<'de> Visitor<'de> for StringAt {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            if key == self.0 {
+                // The last of duplicate keys wins, as in Go and serde_json.
+                found = map.next_value_seed(AnyString)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    scalars_as_none!();
+}
+
+impl<'de> DeserializeSeed<'de> for AnyString {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AnyString {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    scalars_as_none!();
+}
+
+/// A map key, borrowed from the body unless it holds escapes.
+pub(crate) struct BorrowedKey;
+
+impl<'de> DeserializeSeed<'de> for BorrowedKey {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BorrowedKey {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(key))
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(key.to_owned()))
+    }
+}
+
+/// Encodes a response as an AdmissionReview.
+///
+/// kube's `AdmissionResponse` serializes `patch` as an array of numbers
+/// (kube-rs/kube#1781); the API documents, and the API server expects, a
+/// base64 string. The patch bytes are taken out and written beside the rest
+/// of the response in that form, in one serialization pass; `response`
+/// is left without its patch, which is now in the bytes.
+pub fn encode_response(response: &mut AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
+    #[derive(serde::Serialize)]
+    struct WireResponse<'a> {
+        #[serde(flatten)]
+        response: &'a AdmissionResponse,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch: Option<String>,
+    }
+    #[derive(serde::Serialize)]
+    struct WireReview<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        kind: &'a str,
+        response: WireResponse<'a>,
+    }
+    let patch = response
+        .patch
+        .take()
+        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+    let review = WireReview {
+        api_version: META_API_VERSION_V1,
+        kind: META_KIND,
+        response: WireResponse {
+            response: &*response,
+            patch,
+        },
+    };
+    serde_json::to_vec(&review).map_err(ReviewError::Encode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_review_envelope_is_checked() {
+        let err = parse_request(br#"{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}"#);
+        assert!(matches!(err, Err(ReviewError::Version { .. })));
+        let err = parse_request(br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#);
+        assert!(matches!(err, Err(ReviewError::NoRequest)));
+        assert!(matches!(parse_request(b"{"), Err(ReviewError::Json(_))));
+        assert!(matches!(parse_request(b"[1]"), Err(ReviewError::NotAReview(_))));
+    }
+
+    #[test]
+    fn the_facts_only_an_event_names_are_read_leniently() {
+        let review = |kind: &str, metadata: &str| {
+            format!(
+                r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{"uid": "u", "kind": {kind},
+                    "resource": {{"group": "", "resource": "pods"}}, "operation": "UPDATE", "userInfo": {{}},
+                    "object": {{"metadata": {metadata}}}}}}}"#
+            )
+        };
+        let body = review(r#"{"kind": "Widget"}"#, r#"{"name": "w", "uid": "1234"}"#);
+        let request = parse_request(body.as_bytes()).unwrap();
+        assert_eq!(request.kind.as_deref(), Some("Widget"));
+        assert_eq!(request.object.and_then(|o| o.uid).as_deref(), Some("1234"));
+        for (kind, metadata) in [
+            ("5", "null"),
+            (r#"{"kind": 5}"#, r#"[1]"#),
+            (r#"[]"#, r#"{"uid": {"a": 1}}"#),
+        ] {
+            let body = review(kind, metadata);
+            let request = parse_request(body.as_bytes()).unwrap();
+            assert_eq!(request.kind, None, "{kind}");
+            assert_eq!(request.object.and_then(|o| o.uid), None, "{metadata}");
+        }
+    }
+}
