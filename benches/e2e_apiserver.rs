@@ -46,8 +46,8 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 async fn null_webhook(dir: &std::path::Path) -> Result<(u16, String, Arc<AtomicU64>), Error> {
     let certs = write_pair(dir);
     let (key, _) = files(dir).load()?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(statusguard::server::tls::server_config(
-        statusguard::server::tls::SwappableCert::new(key),
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(statusguard::cluster::certs::tls::server_config(
+        statusguard::cluster::certs::tls::SwappableCert::new(key),
     )?));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();

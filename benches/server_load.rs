@@ -43,9 +43,10 @@ fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
             key: key.to_owned(),
         };
         let (key, _) = files.load()?;
-        let resolver = statusguard::server::tls::SwappableCert::new(key);
-        let acceptor =
-            tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(statusguard::server::tls::server_config(resolver)?));
+        let resolver = statusguard::cluster::certs::tls::SwappableCert::new(key);
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(
+            statusguard::cluster::certs::tls::server_config(resolver)?,
+        ));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let limits = statusguard::server::http::accept::AcceptLimits::of(&Default::default());
         statusguard::server::http::accept::serve_tls(

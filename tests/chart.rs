@@ -657,7 +657,7 @@ fn helm_mode_certificates_name_the_webhook_url_host() {
             .unwrap();
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
             std::sync::Arc::new(roots),
-            statusguard::server::tls::crypto_provider(),
+            statusguard::cluster::certs::tls::crypto_provider(),
         )
         .build()
         .unwrap();

@@ -11,12 +11,12 @@ use futures::future::BoxFuture;
 
 use crate::cluster::certs::files::{CertFiles, ClientCaFile};
 use crate::cluster::certs::secret::{self as ca, ManagedCerts};
+use crate::cluster::certs::tls::{self, SwappableCert};
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::Registration;
 use crate::rules::{LoadError, RulesSource};
 use crate::server::limits::{self, Limits};
 use crate::server::state::App;
-use crate::server::tls::{self, SwappableCert};
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]

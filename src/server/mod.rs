@@ -13,7 +13,6 @@ pub mod http;
 pub mod limits;
 pub mod shutdown;
 pub mod state;
-pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use crate::cluster::certs::tls;
 use crate::cluster::config_watch::watch_configmap;
 use crate::cluster::events::Events;
 use crate::cluster::observer::{ObserveConfig, ObserverLoop};

@@ -8,11 +8,11 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::watch;
 
 use crate::cluster::certs::secret::Published;
+use crate::cluster::certs::tls::SwappableCert;
 use crate::cluster::observer::{Observations, ObserveConfig, ObserverLoop};
 use crate::metrics::Metrics;
 use crate::rules::store::RuleStore;
 use crate::server::limits::{Budget, Limits};
-use crate::server::tls::SwappableCert;
 
 /// State shared by the handlers.
 #[derive(Debug)]

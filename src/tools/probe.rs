@@ -51,7 +51,7 @@ pub enum ProbeError {
     #[error(transparent)]
     Document(#[from] LoadError),
     #[error("the client certificate: {0}")]
-    ClientCertificate(crate::server::tls::TlsError),
+    ClientCertificate(crate::cluster::certs::tls::TlsError),
     #[error("{failed} of {total} webhook(s) failed the probe")]
     Failed { failed: usize, total: usize },
 }
@@ -254,10 +254,10 @@ struct ClientIdentity {
 }
 
 impl ClientIdentity {
-    fn load(files: &CertFiles) -> Result<Self, crate::server::tls::TlsError> {
+    fn load(files: &CertFiles) -> Result<Self, crate::cluster::certs::tls::TlsError> {
         // Loaded as a served pair is, which also checks that the key fits.
         let (certified, pem) = files.load()?;
-        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| crate::server::tls::TlsError::Pem {
+        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| crate::cluster::certs::tls::TlsError::Pem {
             path: files.key.clone(),
             message: e.to_string(),
         })?;
@@ -276,7 +276,7 @@ async fn call(target: &Target, resource: &Resource, identity: Option<&ClientIden
             .add(cert.clone())
             .map_err(|e| format!("the caBundle's certificate is unusable: {e}"))?;
     }
-    let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
+    let tls = rustls::ClientConfig::builder_with_provider(crate::cluster::certs::tls::crypto_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots);

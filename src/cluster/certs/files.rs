@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use rustls::sign::CertifiedKey;
 
-use crate::server::tls::{PemPair, SwappableCert, SwappableClientVerifier, TlsError, certified_key, client_verifier};
+use crate::cluster::certs::tls::{
+    PemPair, SwappableCert, SwappableClientVerifier, TlsError, certified_key, client_verifier,
+};
 
 /// The PEM bundle of the CAs whose client certificates are accepted
 /// (`--client-ca-file`), re-read every interval like [`CertFiles`], so a

@@ -26,9 +26,9 @@ use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
 use crate::cluster::certs::policy::{self, CertError, CertPolicy, Step, Stored, keys, next};
+use crate::cluster::certs::tls::{PemPair, SwappableCert, TlsError, certified_key};
 use crate::metrics::Metrics;
 use crate::rules::source::split_namespaced_name;
-use crate::server::tls::{PemPair, SwappableCert, TlsError, certified_key};
 
 /// Where and how the server keeps its certificates.
 #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ fn a_client_certificate_loads_only_with_its_own_key() {
     std::fs::write(&files.key, &other.key_pem).unwrap();
     assert!(matches!(
         ClientIdentity::load(&files),
-        Err(crate::server::tls::TlsError::KeyMismatch(_))
+        Err(crate::cluster::certs::tls::TlsError::KeyMismatch(_))
     ));
 }
 

@@ -27,9 +27,10 @@ fn trusted(bundle: &str, cert: &str, name: &str, time: SystemTime) -> bool {
     for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
         roots.add(ca.unwrap()).unwrap();
     }
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::server::tls::crypto_provider())
-        .build()
-        .unwrap();
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::cluster::certs::tls::crypto_provider())
+            .build()
+            .unwrap();
     let leaf = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
     let now = UnixTime::since_unix_epoch(time.duration_since(UNIX_EPOCH).unwrap());
     verifier
@@ -202,7 +203,7 @@ fn state_at(t: u64) -> Stored {
 
 /// Does `key` fit `cert`, as rustls loads a served pair?
 fn loads(cert: &str, key: &str) -> bool {
-    crate::server::tls::certified_key(&crate::server::tls::PemPair {
+    crate::cluster::certs::tls::certified_key(&crate::cluster::certs::tls::PemPair {
         cert: cert.as_bytes().to_vec(),
         key: key.as_bytes().to_vec(),
         cert_origin: "tls.crt".into(),
