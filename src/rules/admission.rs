@@ -23,17 +23,25 @@ pub const PATH: &str = "/validate-ownership";
 /// and every problem. Only a body that is no AdmissionReview at all is an
 /// error (the caller answers 400): a review is always answered in-band.
 pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionReview<DynamicObject>, serde_json::Error> {
-    let review: AdmissionReview<ConfigMap> = serde_json::from_slice(body)?;
-    let request: AdmissionRequest<ConfigMap> = match review.try_into() {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
         Ok(request) => request,
         Err(e) => return Ok(AdmissionResponse::invalid(e).into_review()),
     };
     let response = AdmissionResponse::from(&request);
-    let Some(configmap) = &request.object else {
-        // A DELETE: nothing to store, nothing to check.
+    // A DELETE has nothing to store; anything but a ConfigMap (such as
+    // `statusguard probe`'s review) has no document to check.
+    let Some(object) = request
+        .object
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
+    else {
         return Ok(response.into_review());
     };
-    let response = match problems(configmap, origin) {
+    let configmap: ConfigMap = match serde_json::to_value(object).and_then(serde_json::from_value) {
+        Ok(configmap) => configmap,
+        Err(e) => return Ok(response.deny(format!("not a ConfigMap: {e}")).into_review()),
+    };
+    let response = match problems(&configmap, origin) {
         None => response,
         Some(problems) => {
             let mut denied = response.deny(format!(
@@ -126,6 +134,14 @@ mod tests {
                 .contains("no key \"ownership.yaml\""),
             "{response}"
         );
+    }
+
+    #[test]
+    fn anything_but_a_configmap_has_nothing_to_check() {
+        let mut probe: Value = serde_json::from_slice(&review_of(Some("kind: Nope\n"))).unwrap();
+        probe["request"]["object"]["kind"] = json!("Probe");
+        let response = answer(&serde_json::to_vec(&probe).unwrap());
+        assert_eq!(response["allowed"], true, "{response}");
     }
 
     #[test]
