@@ -12,10 +12,10 @@
 //! ([`admission`]).
 
 #[cfg(feature = "server")]
-pub mod admission;
+pub(crate) mod admission;
 pub mod source;
-#[cfg(feature = "client")]
-pub mod state;
+#[cfg(feature = "server")]
+pub(crate) mod state;
 #[cfg(feature = "server")]
 pub(crate) mod store;
 

@@ -6,5 +6,5 @@
 
 pub mod files;
 pub mod policy;
-pub mod secret;
+pub(crate) mod secret;
 pub mod tls;
