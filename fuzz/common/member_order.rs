@@ -19,13 +19,16 @@ pub const REQUEST_ORDER: [&str; 11] = [
     "dryRun",
 ];
 
+/// An object's member: its key and its value.
+pub type Member<'a> = (&'a String, &'a Value);
+
 /// JSON text of `value` with each object's members in the order `order`
 /// leaves them.
-pub fn write(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)])) -> Vec<u8> {
-    fn write_into(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)]), out: &mut String) {
+pub fn write(value: &Value, order: &mut dyn FnMut(&mut [Member<'_>])) -> Vec<u8> {
+    fn write_into(value: &Value, order: &mut dyn FnMut(&mut [Member<'_>]), out: &mut String) {
         match value {
             Value::Object(map) => {
-                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                let mut members: Vec<Member<'_>> = map.iter().collect();
                 order(&mut members);
                 out.push('{');
                 for (i, (key, value)) in members.into_iter().enumerate() {
