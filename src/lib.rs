@@ -47,6 +47,9 @@ pub mod ownership;
 pub mod rules;
 mod value_budget;
 
+#[cfg(test)]
+mod test_support;
+
 #[cfg(feature = "client")]
 pub mod flush;
 

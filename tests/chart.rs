@@ -124,23 +124,10 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
                 ownership(),
                 every_knob().replace("    namespace: monitoring\n", "")
             ),
-            [
-                "ConfigMap",
-                "Role",
-                "RoleBinding",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Deployment",
-                "Service",
-                "PodDisruptionBudget",
-                "Job",
-                "ValidatingWebhookConfiguration",
-                "MutatingWebhookConfiguration",
-                "NetworkPolicy",
-                "PodMonitor",
-                "PrometheusRule",
-            ]
-            .to_vec(),
+            with(&["NetworkPolicy", "PodMonitor", "PrometheusRule"])
+                .into_iter()
+                .filter(|kind| *kind != "ServiceAccount")
+                .collect(),
             never(&["ServiceAccount", "ServiceMonitor"]),
         ),
     ]

@@ -24,7 +24,7 @@ use kube::api::{Api, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
-use support::chart::Release;
+use support::chart::{Release, local_values};
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, free_port, metric, tls_connector};
 
@@ -57,6 +57,33 @@ impl Drop for Uninstall {
     }
 }
 
+/// Installs the example document as `release` (name, namespace) with the
+/// webhook at `port` and the certificates `server` policy (a flow mapping);
+/// the guard uninstalls it.
+fn install(
+    s: &Scenario,
+    home: &std::path::Path,
+    release: (&'static str, &'static str),
+    port: u16,
+    server: &str,
+) -> (Release, Uninstall) {
+    let (name, namespace) = release;
+    let values = local_values(
+        include_str!("../examples/ownership.yaml"),
+        port,
+        &format!("certificates:\n  server: {server}\n"),
+    );
+    let installed = Release::new(home, name, namespace, &s.cluster.kubeconfig);
+    installed.install(&values);
+    let uninstall = Uninstall {
+        home: home.to_owned(),
+        release: name,
+        namespace,
+        kubeconfig: s.cluster.kubeconfig.clone(),
+    };
+    (installed, uninstall)
+}
+
 const RELEASE: &str = "certs";
 const NAMESPACE: &str = "statusguard-certificates";
 const SECRET: &str = "certs-statusguard-tls";
@@ -86,38 +113,13 @@ async fn renewals_and_ca_rotations_under_load_fail_no_webhook_call() {
     let s = Scenario::new("e2e-certificates").await;
     let home = tempfile::tempdir().unwrap();
     let (port_a, port_b) = (free_port(), free_port());
-    let example = include_str!("../examples/ownership.yaml");
-    let indented: String = example.lines().map(|l| format!("  {l}\n")).collect();
     // A CA of 24 s is rotated at 16 s; a serving certificate of 9 s renewed every 6 s.
-    let values = format!(
-        "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\ncertificates:\n  server: {{validity: 9s, caValidity: 24s, overlap: 3s, checkInterval: 300ms}}\n"
-    );
-    let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
-    release.install(&values);
-    let _uninstall = Uninstall {
-        home: home.path().to_owned(),
-        release: RELEASE,
-        namespace: NAMESPACE,
-        kubeconfig: s.cluster.kubeconfig.clone(),
-    };
-    let args = release.server_args(home.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let kubeconfig = s
-        .cluster
-        .service_account_kubeconfig(NAMESPACE, "certs-statusguard")
-        .await;
-    let env = [("KUBECONFIG", kubeconfig.as_path())];
+    let server = "{validity: 9s, caValidity: 24s, overlap: 3s, checkInterval: 300ms}";
+    let (release, _uninstall) = install(&s, home.path(), (RELEASE, NAMESPACE), port_a, server);
+    let pod = release.pod(s.cluster, home.path(), "certs-statusguard").await;
 
     // Two replicas start at once: one wins the first write of the empty Secret.
-    let (dir_a, dir_b) = (home.path().join("a"), home.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let (a, b) = tokio::join!(
-        BinaryServer::start_on(port_a, &dir_a, &args, &env),
-        BinaryServer::start_on(port_b, &dir_b, &args, &env)
-    );
-    a.wait_ready().await;
-    b.wait_ready().await;
+    let (a, _b) = pod.start_two_ready((port_a, port_b), home.path()).await;
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), NAMESPACE);
     let read = || async {
         let data = secrets.get(SECRET).await.unwrap().data.unwrap();
@@ -293,35 +295,10 @@ async fn every_damage_to_the_secret_is_recovered_without_a_failed_call_or_an_exi
     let s = Arc::new(Scenario::new("e2e-certificates-recovery").await);
     let home = tempfile::tempdir().unwrap();
     let (port_a, port_b) = (free_port(), free_port());
-    let example = include_str!("../examples/ownership.yaml");
-    let indented: String = example.lines().map(|l| format!("  {l}\n")).collect();
-    let values = format!(
-        "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\ncertificates:\n  server: {{validity: 1h, caValidity: 24h, overlap: 3s, checkInterval: 300ms}}\n"
-    );
-    let release = Release::new(home.path(), RECOVERY_RELEASE, RECOVERY_NAMESPACE, &s.cluster.kubeconfig);
-    release.install(&values);
-    let _uninstall = Uninstall {
-        home: home.path().to_owned(),
-        release: RECOVERY_RELEASE,
-        namespace: RECOVERY_NAMESPACE,
-        kubeconfig: s.cluster.kubeconfig.clone(),
-    };
-    let args = release.server_args(home.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let kubeconfig = s
-        .cluster
-        .service_account_kubeconfig(RECOVERY_NAMESPACE, "recovery-statusguard")
-        .await;
-    let env = [("KUBECONFIG", kubeconfig.as_path())];
-    let (dir_a, dir_b) = (home.path().join("a"), home.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let (mut a, mut b) = tokio::join!(
-        BinaryServer::start_on(port_a, &dir_a, &args, &env),
-        BinaryServer::start_on(port_b, &dir_b, &args, &env)
-    );
-    a.wait_ready().await;
-    b.wait_ready().await;
+    let server = "{validity: 1h, caValidity: 24h, overlap: 3s, checkInterval: 300ms}";
+    let (release, _uninstall) = install(&s, home.path(), (RECOVERY_RELEASE, RECOVERY_NAMESPACE), port_a, server);
+    let pod = release.pod(s.cluster, home.path(), "recovery-statusguard").await;
+    let (mut a, mut b) = pod.start_two_ready((port_a, port_b), home.path()).await;
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), RECOVERY_NAMESPACE);
     let first = recovered(&secrets, &mut [&mut a, &mut b], "the first certificates").await;
     let ca_made = tokio::time::Instant::now();
@@ -424,7 +401,7 @@ async fn every_damage_to_the_secret_is_recovered_without_a_failed_call_or_an_exi
     overwrite(&secrets, mismatched).await;
     let dir_c = home.path().join("c");
     std::fs::create_dir_all(&dir_c).unwrap();
-    let mut c = BinaryServer::start_on(port_a, &dir_c, &args, &env).await;
+    let mut c = pod.start_on(port_a, &dir_c).await;
     c.wait_ready().await;
     recovered(&secrets, &mut [&mut c], "a new replica repairs the keys").await;
 }

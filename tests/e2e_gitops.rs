@@ -21,9 +21,9 @@ use kube::api::Api;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
-use support::chart::{Release, chart};
+use support::chart::{Release, chart, local_values};
 use support::scenario::Scenario;
-use support::webhook::{BinaryServer, eventually, free_port};
+use support::webhook::{eventually, free_port};
 
 const RELEASE: &str = "force";
 const NAMESPACE: &str = "statusguard-gitops";
@@ -61,26 +61,11 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     let home = tempfile::tempdir().unwrap();
     let (port_a, port_b) = (free_port(), free_port());
     let example = include_str!("../examples/ownership.yaml");
-    let indented: String = example.lines().map(|l| format!("  {l}\n")).collect();
-    let values = format!("ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port_a}\n");
+    let values = local_values(example, port_a, "");
     let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
     release.install(&values);
-    let args = release.server_args(home.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let kubeconfig = s
-        .cluster
-        .service_account_kubeconfig(NAMESPACE, "force-statusguard")
-        .await;
-    let env = [("KUBECONFIG", kubeconfig.as_path())];
-    let (dir_a, dir_b) = (home.path().join("a"), home.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let (a, b) = tokio::join!(
-        BinaryServer::start_on(port_a, &dir_a, &args, &env),
-        BinaryServer::start_on(port_b, &dir_b, &args, &env)
-    );
-    a.wait_ready().await;
-    b.wait_ready().await;
+    let pod = release.pod(s.cluster, home.path(), "force-statusguard").await;
+    let (a, b) = pod.start_two_ready((port_a, port_b), home.path()).await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 1}))
         .await;
     eventually(Duration::from_secs(30), "registered and enforcing", || async {
@@ -150,5 +135,5 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     for server in [&a, &b] {
         assert!(!server.log().contains("\"level\":\"ERROR\""), "{}", server.log());
     }
-    release.run_pre_delete_hook(&kubeconfig);
+    release.run_pre_delete_hook(&pod.kubeconfig);
 }

@@ -24,9 +24,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
-use support::chart::Release;
+use support::chart::{Release, local_values};
 use support::scenario::Scenario;
-use support::webhook::{BinaryServer, eventually, free_port, metric};
+use support::webhook::{eventually, free_port, metric};
 
 const RELEASE: &str = "reg";
 const NAMESPACE: &str = "statusguard-registration";
@@ -129,17 +129,11 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let node = impersonating(&s, "system:node:n1", &["system:nodes", "system:authenticated"]).await;
 
     // A first install whose document the chart's schema accepts and the server rejects.
-    let indented: String = overlapping().lines().map(|l| format!("  {l}\n")).collect();
-    let values = format!(
-        "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port}\ncertificates:\n  extraIPs: [127.0.0.1]\n"
-    );
+    let values = local_values(&overlapping(), port, "certificates:\n  extraIPs: [127.0.0.1]\n");
     let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
     release.install(&values);
-    let kubeconfig = s.cluster.service_account_kubeconfig(NAMESPACE, NAME).await;
-    let args = release.server_args(home.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = [("KUBECONFIG", kubeconfig.as_path())];
-    let start = || BinaryServer::start_on(port, home.path(), &args, &env);
+    let pod = release.pod(s.cluster, home.path(), NAME).await;
+    let start = || pod.start_on(port, home.path());
 
     let server = start().await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 3}))
@@ -288,7 +282,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
         write_observed_generation(&s, &s.scaler, "w").await == 409
     })
     .await;
-    release.run_pre_delete_hook(&kubeconfig);
+    release.run_pre_delete_hook(&pod.kubeconfig);
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(s.admin.clone());
     // Longer than the server's 2 s wake-up: it stood down, it re-applies nothing.

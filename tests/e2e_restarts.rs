@@ -22,9 +22,9 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use support::chart::Release;
+use support::chart::{Release, local_values};
 use support::scenario::Scenario;
-use support::webhook::{BinaryServer, eventually, free_port};
+use support::webhook::{eventually, free_port};
 
 const RELEASE: &str = "rst";
 const NAMESPACE: &str = "statusguard-restarts";
@@ -114,17 +114,11 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     let s = Scenario::new("e2e-restarts").await;
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
-    let indented: String = EXAMPLE.lines().map(|l| format!("  {l}\n")).collect();
-    let values = format!(
-        "ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port}\ncertificates:\n  extraIPs: [127.0.0.1]\n"
-    );
+    let values = local_values(EXAMPLE, port, "certificates:\n  extraIPs: [127.0.0.1]\n");
     let release = Release::new(home.path(), RELEASE, NAMESPACE, &s.cluster.kubeconfig);
     release.install(&values);
-    let kubeconfig = s.cluster.service_account_kubeconfig(NAMESPACE, NAME).await;
-    let args = release.server_args(home.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = [("KUBECONFIG", kubeconfig.as_path())];
-    let start = || BinaryServer::start_on(port, home.path(), &args, &env);
+    let pod = release.pod(s.cluster, home.path(), NAME).await;
+    let start = || pod.start_on(port, home.path());
     let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), NAMESPACE);
 
     // A valid document: enforced, registered with the door, and kept.
@@ -267,5 +261,5 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     })
     .await;
     drop(server);
-    release.run_pre_delete_hook(&kubeconfig);
+    release.run_pre_delete_hook(&pod.kubeconfig);
 }

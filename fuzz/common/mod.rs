@@ -8,6 +8,8 @@ use serde_json::{Map, Value, json};
 use statusguard::admission::decide::{Decision, DecisionError};
 use statusguard::ownership::Ownership;
 
+pub mod member_order;
+
 /// The shared fixture of the tests, in `mode`.
 pub fn rules(mode: &str) -> Ownership {
     let text = include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));

@@ -22,10 +22,10 @@ static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let Ok(review) = review(&mut u) else { return };
-    let api_server_order = write(&review, &mut |members| {
+    let api_server_order = common::member_order::write(&review, &mut |members| {
         members.sort_by_key(|(key, _)| api_server_rank(key))
     });
-    let shuffled = write(&review, &mut |members| shuffle(&mut u, members));
+    let shuffled = common::member_order::write(&review, &mut |members| shuffle(&mut u, members));
     for rules in RULES.iter() {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let mut answers = Vec::new();
@@ -103,23 +103,12 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
 /// in the order of Go's structs (the request's head before its objects),
 /// any other after them in key order.
 fn api_server_rank(key: &str) -> (usize, String) {
-    const ORDER: [&str; 13] = [
-        "apiVersion",
-        "kind",
-        "request",
-        "uid",
-        "resource",
-        "subResource",
-        "name",
-        "namespace",
-        "operation",
-        "userInfo",
-        "object",
-        "oldObject",
-        "dryRun",
-    ];
+    const ENVELOPE: [&str; 3] = ["apiVersion", "kind", "request"];
+    let mut order = ENVELOPE.iter().chain(&common::member_order::REQUEST_ORDER);
     (
-        ORDER.iter().position(|k| *k == key).unwrap_or(ORDER.len()),
+        order
+            .position(|k| *k == key)
+            .unwrap_or(ENVELOPE.len() + common::member_order::REQUEST_ORDER.len()),
         key.to_owned(),
     )
 }
@@ -130,41 +119,4 @@ fn shuffle(u: &mut Unstructured<'_>, members: &mut [(&String, &Value)]) {
         let j = u.int_in_range(0..=i).unwrap_or(i);
         members.swap(i, j);
     }
-}
-
-/// JSON text of `value` with each object's members in the order `order`
-/// leaves them.
-fn write(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)])) -> Vec<u8> {
-    fn write_into(value: &Value, order: &mut dyn FnMut(&mut [(&String, &Value)]), out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                order(&mut members);
-                out.push('{');
-                for (i, (key, value)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::from(key.as_str()).to_string());
-                    out.push(':');
-                    write_into(value, order, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write_into(item, order, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write_into(value, order, &mut out);
-    out.into_bytes()
 }

@@ -368,6 +368,7 @@ impl fmt::Display for FieldPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{json_value, with_null_members};
     use serde_json::json;
 
     fn p(text: &str) -> FieldPath {
@@ -479,44 +480,6 @@ mod tests {
         assert_eq!(parsed("1.0"), parsed("1.00"));
         assert!(same(parsed("1.0"), parsed("1.00")));
         assert!(same(parsed("-0"), parsed("0.0")));
-    }
-
-    /// `value` with a `null` member added to every object at every depth.
-    fn with_null_members(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut out: Map<String, Value> = map.iter().map(|(k, v)| (k.clone(), with_null_members(v))).collect();
-                out.insert("zz".to_owned(), Value::Null);
-                Value::Object(out)
-            }
-            Value::Array(items) => Value::Array(items.iter().map(with_null_members).collect()),
-            other => other.clone(),
-        }
-    }
-
-    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
-        use proptest::prelude::*;
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            prop::sample::select(vec![
-                json!(0),
-                json!(1),
-                json!(-1),
-                json!(0.0),
-                json!(-0.0),
-                json!(1.0),
-                json!(u64::MAX)
-            ]),
-            "[ab]{0,2}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(3, 16, 3, |inner| {
-            prop_oneof![
-                prop::collection::btree_map("[ab]{1,2}", inner.clone(), 0..3)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-                prop::collection::vec(inner, 0..3).prop_map(Value::Array),
-            ]
-        })
     }
 
     proptest::proptest! {

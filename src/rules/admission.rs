@@ -71,27 +71,26 @@ mod tests {
 
     use super::*;
     use crate::rules::source::EMBEDDED_OWNERSHIP;
+    use crate::test_support::{Target, body, update_review};
 
     fn review_of(document: Option<&str>) -> Vec<u8> {
         let data = match document {
             Some(text) => json!({CONFIGMAP_KEY: text}),
             None => json!({"other": "x"}),
         };
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u-1",
-                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-                "name": "ownership", "namespace": "ops",
-                "operation": "UPDATE",
-                "userInfo": {"username": "someone"},
-                "object": {"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": "ownership", "namespace": "ops"}, "data": data},
-            }
-        }))
-        .unwrap()
+        let configmap = Target {
+            group: "",
+            kind: "ConfigMap",
+            resource: "configmaps",
+            sub_resource: None,
+            namespace: "ops",
+            name: "ownership",
+        };
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "ownership", "namespace": "ops"}, "data": data});
+        let mut review = update_review(&configmap, "someone", object, None);
+        review["request"]["uid"] = json!("u-1");
+        body(&review)
     }
 
     fn answer(body: &[u8]) -> Value {

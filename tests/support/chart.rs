@@ -8,6 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::cluster;
+use super::webhook::BinaryServer;
 
 pub fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/statusguard")
@@ -86,6 +87,13 @@ pub fn on_this_machine(args: &[String], dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Values that install `ownership` with the webhook at the server a test
+/// runs on this machine's TLS port `port`, then the lines `more`.
+pub fn local_values(ownership: &str, port: u16, more: &str) -> String {
+    let indented: String = ownership.lines().map(|l| format!("  {l}\n")).collect();
+    format!("ownership:\n{indented}webhook:\n  url: https://127.0.0.1:{port}\n{more}")
+}
+
 /// A release of the chart installed in the test cluster, driven with helm
 /// as a user would.
 pub struct Release {
@@ -159,6 +167,18 @@ impl Release {
         on_this_machine(&container_args(&manifest, "Deployment"), dir)
     }
 
+    /// The release's server as its pod runs it: the installed Deployment's
+    /// arguments (with the mounted files read from `dir`) and the
+    /// kubeconfig of the ServiceAccount `service_account`.
+    pub async fn pod(&self, cluster: &cluster::Cluster, dir: &Path, service_account: &str) -> Pod {
+        Pod {
+            args: self.server_args(dir),
+            kubeconfig: cluster
+                .service_account_kubeconfig(&self.namespace, service_account)
+                .await,
+        }
+    }
+
     /// Runs the pre-delete hook's command as its Job's pod would (there is
     /// no kubelet here), with `kubeconfig` (the chart's ServiceAccount);
     /// asserts it succeeded and returns what it printed.
@@ -184,5 +204,32 @@ impl Release {
             .unwrap();
         let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
         (output.status.success(), said)
+    }
+}
+
+/// A pod of a [`Release`]: what the binary needs to start as the chart's pod would.
+pub struct Pod {
+    pub args: Vec<String>,
+    pub kubeconfig: PathBuf,
+}
+
+impl Pod {
+    /// Starts the binary on TLS port `port`, its files in `dir`.
+    pub async fn start_on(&self, port: u16, dir: &Path) -> BinaryServer {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let env = [("KUBECONFIG", self.kubeconfig.as_path())];
+        BinaryServer::start_on(port, dir, &args, &env).await
+    }
+
+    /// Two replicas started at once on `ports`, with directories `a` and `b`
+    /// of `home`, each ready.
+    pub async fn start_two_ready(&self, ports: (u16, u16), home: &Path) -> (BinaryServer, BinaryServer) {
+        let (dir_a, dir_b) = (home.join("a"), home.join("b"));
+        std::fs::create_dir_all(&dir_a).unwrap();
+        std::fs::create_dir_all(&dir_b).unwrap();
+        let (a, b) = tokio::join!(self.start_on(ports.0, &dir_a), self.start_on(ports.1, &dir_b));
+        a.wait_ready().await;
+        b.wait_ready().await;
+        (a, b)
     }
 }

@@ -2,10 +2,13 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+#[path = "../../../fuzz/common/member_order.rs"]
+mod member_order;
 use crate::admission::answer::{decide_request, read_and_decide};
 use crate::admission::one_pass::{self, Reading};
 use crate::admission::trim::restoring_patch;
 use crate::admission::wire::{RequestHead, ReviewError, ReviewRequest, encode_response, parse_request};
+use crate::test_support::{json_value, with_null_members};
 
 const CONTROLLER: &str = "system:serviceaccount:platform:widget-controller";
 const SCALER: &str = "system:serviceaccount:platform:widget-scaler";
@@ -305,16 +308,24 @@ fn conditions_live_where_the_resource_says() {
     assert_eq!(items(&d), ["condition Ready"]);
 }
 
+/// The scaler's stale write ([`stale`], two violations) in `mode` on
+/// `endpoint`, asserted allowed with `outcome` and a warning per violation.
+fn stale_write_allowed_with_two_warnings(mode: &str, endpoint: Endpoint, outcome: Outcome) -> Decision {
+    let (old, new) = stale();
+    let d = status_decision(mode, SCALER, old, new, endpoint);
+    assert_eq!(d.outcome, outcome);
+    assert!(d.response.allowed);
+    assert_eq!(d.response.warnings.as_ref().map(Vec::len), Some(2));
+    d
+}
+
 #[test]
 fn audit_allows_with_a_warning_per_violation_and_annotations() {
-    let (old, new) = stale();
-    let d = status_decision("audit", SCALER, old.clone(), new.clone(), Endpoint::Validate);
-    assert_eq!(d.outcome, Outcome::Warned);
-    assert!(d.response.allowed);
+    let d = stale_write_allowed_with_two_warnings("audit", Endpoint::Validate, Outcome::Warned);
     let warnings = d.response.warnings.unwrap();
-    assert_eq!(warnings.len(), 2);
     assert!(warnings.iter().all(|w| w.chars().count() <= 120), "{warnings:?}");
     assert!(d.response.audit_annotations["violations"].contains("status.observedGeneration"));
+    let (old, new) = stale();
     let d = status_decision("audit", SCALER, old, new, Endpoint::Mutate);
     assert!(d.response.allowed && d.response.patch.is_none() && d.response.warnings.is_none());
 }
@@ -328,11 +339,8 @@ fn trim_validate_denies_like_enforce() {
 
 #[test]
 fn trim_restores_other_writers_items_and_keeps_the_writers_own() {
+    let d = stale_write_allowed_with_two_warnings("trim", Endpoint::Mutate, Outcome::Trimmed);
     let (old, new) = stale();
-    let d = status_decision("trim", SCALER, old.clone(), new.clone(), Endpoint::Mutate);
-    assert_eq!(d.outcome, Outcome::Trimmed);
-    assert!(d.response.allowed);
-    assert_eq!(d.response.warnings.as_ref().unwrap().len(), 2);
     let trimmed = apply(&new, d.response.patch.as_ref().unwrap());
     assert_eq!(
         trimmed,
@@ -758,18 +766,23 @@ proptest! {
     }
 }
 
-/// Adds a `null` member to every object at every depth: what a client that
-/// sends nulls writes where a typed client that drops them writes nothing.
-fn with_nulls(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut out: serde_json::Map<String, Value> = map.iter().map(|(k, v)| (k.clone(), with_nulls(v))).collect();
-            out.insert("zz-null".into(), Value::Null);
-            Value::Object(out)
+/// `review` with its objects as `objects` says: "no object", "null old",
+/// "no status", or as they are.
+fn with_objects(mut review: Value, objects: &str) -> Value {
+    let request = review["request"].as_object_mut().unwrap();
+    match objects {
+        "no object" => {
+            request.remove("object");
         }
-        Value::Array(items) => Value::Array(items.iter().map(with_nulls).collect()),
-        other => other.clone(),
+        "null old" => {
+            request.insert("oldObject".into(), Value::Null);
+        }
+        "no status" => {
+            request["object"].as_object_mut().unwrap().remove("status");
+        }
+        _ => {}
     }
+    review
 }
 
 fn review_with(
@@ -799,7 +812,7 @@ proptest! {
     /// inside owned values (and in condition items).
     #[test]
     fn nulls_where_members_are_absent_are_never_a_change(old in status(), writer in writer()) {
-        for (a, b) in [(old.clone(), with_nulls(&old)), (with_nulls(&old), old.clone())] {
+        for (a, b) in [(old.clone(), with_null_members(&old)), (with_null_members(&old), old.clone())] {
             let d = status_decision("enforce", writer, a, b, Endpoint::Validate);
             prop_assert_eq!(d.outcome, Outcome::Allowed, "{:?}", d.violations);
         }
@@ -845,21 +858,8 @@ proptest! {
 /// A review's body as the API server writes it: the request's members in
 /// the order of Go's `AdmissionRequest`, the objects after the head.
 fn in_api_server_order(review: &Value) -> Vec<u8> {
-    const ORDER: [&str; 11] = [
-        "uid",
-        "kind",
-        "resource",
-        "subResource",
-        "name",
-        "namespace",
-        "operation",
-        "userInfo",
-        "object",
-        "oldObject",
-        "dryRun",
-    ];
     let request = review["request"].as_object().unwrap();
-    let members: Vec<String> = ORDER
+    let members: Vec<String> = member_order::REQUEST_ORDER
         .iter()
         .filter_map(|key| request.get(*key).map(|value| format!("{}:{}", json!(key), value)))
         .collect();
@@ -932,15 +932,8 @@ proptest! {
         objects in prop::sample::select(vec!["both", "no object", "null old", "no status"]),
         nulls in any::<bool>(),
     ) {
-        let new = if nulls { with_nulls(&new) } else { new };
-        let mut r = review_with(writer, groups, operation, sub, resource, old, new);
-        let request = r["request"].as_object_mut().unwrap();
-        match objects {
-            "no object" => { request.remove("object"); }
-            "null old" => { request.insert("oldObject".into(), Value::Null); }
-            "no status" => { request["object"].as_object_mut().unwrap().remove("status"); }
-            _ => {}
-        }
+        let new = if nulls { with_null_members(&new) } else { new };
+        let r = with_objects(review_with(writer, groups, operation, sub, resource, old, new), objects);
         for body in [in_api_server_order(&r), serde_json::to_vec(&r).unwrap()] {
             for mode in ["enforce", "trim", "audit"] {
                 let rules = rules(mode);
@@ -1041,52 +1034,22 @@ fn condition_items_compare_as_multisets_under_same_value() {
     }
 }
 
-/// Values with every form of number, nulls inside objects and lists, and
-/// few enough shapes that equal items are common.
-fn item_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::from),
-        prop::sample::select(vec![
-            json!(0),
-            json!(1),
-            json!(-1),
-            json!(1.0),
-            json!(0.0),
-            json!(-0.0),
-            json!(u64::MAX),
-            json!(i64::MIN),
-            json!(i64::MAX),
-            json!(9_007_199_254_740_993_u64),
-            json!(9_007_199_254_740_992.0),
-        ]),
-        "[ab]{0,2}".prop_map(Value::from),
-    ];
-    leaf.prop_recursive(3, 12, 3, |inner| {
-        prop_oneof![
-            prop::collection::btree_map("[ab]{1,2}", inner.clone(), 0..3)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-            prop::collection::vec(inner, 0..3).prop_map(Value::Array),
-        ]
-    })
-}
-
 /// A list, and another made of it: shuffled, with null members added to
 /// some items, maybe one item replaced.
 fn item_lists() -> impl Strategy<Value = (Vec<Value>, Vec<Value>)> {
-    prop::collection::vec(item_value(), 0..8).prop_flat_map(|a| {
+    prop::collection::vec(json_value(), 0..8).prop_flat_map(|a| {
         let len = a.len();
         (
             Just(a.clone()),
             Just(a).prop_shuffle(),
             prop::collection::vec(any::<bool>(), len),
-            prop::option::of((0..len.max(1), item_value())),
+            prop::option::of((0..len.max(1), json_value())),
         )
             .prop_map(|(a, shuffled, nulls, replaced)| {
                 let mut b: Vec<Value> = shuffled
                     .into_iter()
                     .zip(nulls)
-                    .map(|(item, add)| if add { with_nulls(&item) } else { item })
+                    .map(|(item, add)| if add { with_null_members(&item) } else { item })
                     .collect();
                 if let Some((at, item)) = replaced.filter(|(at, _)| *at < b.len()) {
                     b[at] = item;
@@ -1153,41 +1116,17 @@ fn ten_thousand_reordered_condition_items_are_decided_at_once() {
 /// JSON text of `value` with each object's members ordered by the next of
 /// `ranks` (cycled), so that a property test can write any order.
 fn in_order_of(value: &Value, ranks: &[u32]) -> Vec<u8> {
-    fn write(value: &Value, ranks: &mut impl Iterator<Item = u32>, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let mut members: Vec<(u32, &String, &Value)> = map
-                    .iter()
-                    .map(|(k, v)| (ranks.next().unwrap_or_default(), k, v))
-                    .collect();
-                members.sort_by_key(|(rank, _, _)| *rank);
-                out.push('{');
-                for (i, (_, key, value)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&json!(key).to_string());
-                    out.push(':');
-                    write(value, ranks, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(item, ranks, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
+    let mut ranks = ranks.iter().copied().cycle();
+    member_order::write(value, &mut |members| {
+        let mut ranked: Vec<(u32, (&String, &Value))> = members
+            .iter()
+            .map(|member| (ranks.next().unwrap_or_default(), *member))
+            .collect();
+        ranked.sort_by_key(|(rank, _)| *rank);
+        for (slot, (_, member)) in members.iter_mut().zip(ranked) {
+            *slot = member;
         }
-    }
-    let mut out = String::new();
-    write(value, &mut ranks.iter().copied().cycle(), &mut out);
-    out.into_bytes()
+    })
 }
 
 /// What one pass and two passes answer to `body`, in every mode and on
@@ -1273,14 +1212,7 @@ proptest! {
         ranks in prop::collection::vec(any::<u32>(), 1..64),
     ) {
         let new = if unchanged { old.clone() } else { new };
-        let mut r = review_with(writer, vec![], "UPDATE", sub, "widgets", old, new);
-        let request = r["request"].as_object_mut().unwrap();
-        match objects {
-            "no object" => { request.remove("object"); }
-            "null old" => { request.insert("oldObject".into(), Value::Null); }
-            "no status" => { request["object"].as_object_mut().unwrap().remove("status"); }
-            _ => {}
-        }
+        let r = with_objects(review_with(writer, vec![], "UPDATE", sub, "widgets", old, new), objects);
         let expected = both_paths(&in_api_server_order(&r));
         prop_assert_eq!(both_paths(&in_order_of(&r, &ranks)), expected);
     }

@@ -2,6 +2,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::wire::{ReviewError, parse_request};
+use crate::test_support::{body, widget_status_review};
 
 /// A body as the request path copies it out: parsed once, then copied.
 fn project(body: &[u8], rules: &Ownership) -> Result<Option<ReviewedWrite>, ReviewError> {
@@ -21,24 +22,7 @@ fn rules() -> Ownership {
 }
 
 fn review(writer: &str, old: Value, new: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u1",
-            "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
-            "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
-            "subResource": "status",
-            "name": "w1",
-            "namespace": "team-a",
-            "operation": "UPDATE",
-            "userInfo": {"username": writer, "groups": ["system:authenticated"]},
-            "object": {"metadata": {"name": "w1", "uid": "abc", "managedFields": [{"manager": "x"}]}, "status": new},
-            "oldObject": {"metadata": {"name": "w1", "uid": "abc"}, "status": old},
-            "dryRun": false
-        }
-    }))
-    .unwrap()
+    body(&widget_status_review(writer, old, new))
 }
 
 fn changed(old: Value, new: Value) -> Vec<String> {

@@ -21,10 +21,6 @@ pub struct ClientCaFile {
 }
 
 impl ClientCaFile {
-    fn read(&self) -> Result<Vec<u8>, TlsError> {
-        read_file(&self.path)
-    }
-
     /// Loads the bundle once, for start-up: the verifier, and the bytes it came from.
     pub fn load(&self) -> Result<(Arc<SwappableClientVerifier>, Vec<u8>), TlsError> {
         let pem = self.read()?;
@@ -42,21 +38,7 @@ impl ClientCaFile {
         interval: Duration,
         on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
     ) {
-        let install = |pem: &Vec<u8>| {
-            let verifier = client_verifier(pem, &self.path)?;
-            target.store(verifier);
-            tracing::info!(file = %self.path.display(), "trusting a new client CA bundle for new connections");
-            Ok(())
-        };
-        poll_files(
-            "the client CA bundle",
-            interval,
-            loaded,
-            || self.read(),
-            install,
-            on_reload,
-        )
-        .await;
+        poll_files(&self, &target, loaded, interval, on_reload).await;
     }
 }
 
@@ -67,24 +49,67 @@ fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
+/// Files that [`poll_files`] re-reads and swaps into a live `Target`.
+trait Polled {
+    /// What the files are, for the log.
+    const WHAT: &'static str;
+    type Files: PartialEq;
+    type Target;
+    fn read(&self) -> Result<Self::Files, TlsError>;
+    fn install(&self, target: &Self::Target, files: &Self::Files) -> Result<(), TlsError>;
+}
+
+impl Polled for ClientCaFile {
+    const WHAT: &'static str = "the client CA bundle";
+    type Files = Vec<u8>;
+    type Target = SwappableClientVerifier;
+    fn read(&self) -> Result<Vec<u8>, TlsError> {
+        read_file(&self.path)
+    }
+    fn install(&self, target: &SwappableClientVerifier, pem: &Vec<u8>) -> Result<(), TlsError> {
+        target.store(client_verifier(pem, &self.path)?);
+        tracing::info!(file = %self.path.display(), "trusting a new client CA bundle for new connections");
+        Ok(())
+    }
+}
+
+impl Polled for CertFiles {
+    const WHAT: &'static str = "the TLS certificate and key";
+    type Files = PemPair;
+    type Target = SwappableCert;
+    fn read(&self) -> Result<PemPair, TlsError> {
+        Ok(PemPair {
+            cert: read_file(&self.cert)?,
+            key: read_file(&self.key)?,
+            cert_origin: self.cert.clone(),
+            key_origin: self.key.clone(),
+        })
+    }
+    fn install(&self, target: &SwappableCert, pem: &PemPair) -> Result<(), TlsError> {
+        target.store(certified_key(pem)?);
+        tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
+        Ok(())
+    }
+}
+
 /// Reads `what` every `interval` until the process ends, and installs each
 /// new version that differs from the one in service. What fails to read or
 /// install is reported (once per version), the last good one stays.
-async fn poll_files<F: PartialEq>(
-    what: &str,
+async fn poll_files<P: Polled>(
+    files_of: &P,
+    target: &P::Target,
+    mut loaded: P::Files,
     interval: Duration,
-    mut loaded: F,
-    read: impl Fn() -> Result<F, TlsError>,
-    install: impl Fn(&F) -> Result<(), TlsError>,
     on_reload: impl Fn(Result<(), &TlsError>),
 ) {
+    let what = P::WHAT;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The last version that failed to install, so that it is reported once.
-    let mut rejected: Option<F> = None;
+    let mut rejected: Option<P::Files> = None;
     loop {
         tick.tick().await;
-        let files = match read() {
+        let files = match files_of.read() {
             Ok(files) if files == loaded || rejected.as_ref() == Some(&files) => continue,
             Ok(files) => files,
             Err(e) => {
@@ -93,7 +118,7 @@ async fn poll_files<F: PartialEq>(
                 continue;
             }
         };
-        match install(&files) {
+        match files_of.install(target, &files) {
             Ok(()) => {
                 loaded = files;
                 on_reload(Ok(()));
@@ -124,15 +149,6 @@ pub struct CertFiles {
 }
 
 impl CertFiles {
-    fn read(&self) -> Result<PemPair, TlsError> {
-        Ok(PemPair {
-            cert: read_file(&self.cert)?,
-            key: read_file(&self.key)?,
-            cert_origin: self.cert.clone(),
-            key_origin: self.key.clone(),
-        })
-    }
-
     /// Loads the pair once, for start-up.
     pub fn load(&self) -> Result<(CertifiedKey, PemPair), TlsError> {
         let pem = self.read()?;
@@ -148,19 +164,6 @@ impl CertFiles {
         interval: Duration,
         on_reload: impl Fn(Result<(), &TlsError>) + Send + 'static,
     ) {
-        let install = |pem: &PemPair| {
-            target.store(certified_key(pem)?);
-            tracing::info!(cert = %self.cert.display(), "serving a new TLS certificate");
-            Ok(())
-        };
-        poll_files(
-            "the TLS certificate and key",
-            interval,
-            loaded,
-            || self.read(),
-            install,
-            on_reload,
-        )
-        .await;
+        poll_files(&self, &target, loaded, interval, on_reload).await;
     }
 }

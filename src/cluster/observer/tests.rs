@@ -3,6 +3,7 @@ use serde_json::{Value, json};
 
 use super::event_sender::*;
 use super::*;
+use crate::test_support::{body, widget_status_review};
 use axum::body::Bytes;
 
 use crate::admission::answer::{answer_observing, read_and_decide};
@@ -17,25 +18,13 @@ fn rules() -> Arc<Ownership> {
 /// observedGeneration (denied in enforce mode). `filler` bytes of
 /// managedFields beside the status make the body large, the statuses not.
 fn stale_review(filler: usize, status_filler: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u1",
-            "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
-            "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
-            "subResource": "status",
-            "name": "w1",
-            "namespace": "team-a",
-            "operation": "UPDATE",
-            "userInfo": {"username": "system:serviceaccount:platform:widget-scaler"},
-            "object": {"metadata": {"name": "w1", "uid": "abc", "managedFields": [{"manager": "x".repeat(filler)}]},
-                       "status": {"observedGeneration": 1, "replicas": 3, "unlisted": "y".repeat(status_filler)}},
-            "oldObject": {"metadata": {"name": "w1", "uid": "abc"}, "status": {"observedGeneration": 2, "replicas": 3}},
-            "dryRun": false
-        }
-    }))
-    .unwrap()
+    let mut review = widget_status_review(
+        "system:serviceaccount:platform:widget-scaler",
+        json!({"observedGeneration": 2, "replicas": 3}),
+        json!({"observedGeneration": 1, "replicas": 3, "unlisted": "y".repeat(status_filler)}),
+    );
+    review["request"]["object"]["metadata"]["managedFields"][0]["manager"] = json!("x".repeat(filler));
+    body(&review)
 }
 
 /// The write as the request path copies it out for the observer.

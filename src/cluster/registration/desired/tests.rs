@@ -24,6 +24,18 @@ fn rules(text: &str) -> Ownership {
     Ownership::from_yaml(text).unwrap()
 }
 
+/// An ownership document of `resources`, one flow mapping each.
+fn document(resources: &[&str]) -> String {
+    let mut text = String::from("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
+    if !resources.is_empty() {
+        text.push_str("resources:\n");
+    }
+    for resource in resources {
+        text.push_str(&format!("  - {resource}\n"));
+    }
+    text
+}
+
 const MIXED: &str = r#"
 apiVersion: statusguard.dev/v1alpha1
 kind: StatusOwnership
@@ -76,9 +88,7 @@ fn one_webhook_per_mode_with_the_resources_of_that_mode() {
 
 #[test]
 fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
-    let only_enforce = rules(
-        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - {group: example.com, resource: widgets}\n",
-    );
+    let only_enforce = rules(&document(&["{group: example.com, resource: widgets}"]));
     let configurations = desired(&registration(), &only_enforce, &unresolved(), None);
     assert_eq!(configurations.validating.webhooks.as_ref().unwrap().len(), 1);
     assert_eq!(configurations.mutating.webhooks, Some(vec![]));
@@ -87,7 +97,7 @@ fn no_resources_of_a_kind_means_no_webhook_of_that_kind() {
             .get("caBundle")
             .is_none()
     );
-    let empty = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
+    let empty = rules(&document(&[]));
     assert_eq!(
         desired(&registration(), &empty, &unresolved(), None)
             .validating
@@ -108,7 +118,7 @@ fn exempt_identities_and_the_nodes_never_reach_the_webhook() {
         ])
     );
     // Without exempt users, only the groups' condition, which always holds system:nodes.
-    let plain = rules("apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\n");
+    let plain = rules(&document(&[]));
     let conditions = match_conditions(&plain);
     assert_eq!(conditions.len(), 1);
     assert!(conditions[0].expression.contains(r#"["system:nodes"]"#));
@@ -206,17 +216,14 @@ fn the_same_rules_give_the_same_configurations() {
 
 #[test]
 fn a_resource_may_have_its_own_failure_policy_and_timeout() {
-    let text = r#"
-apiVersion: statusguard.dev/v1alpha1
-kind: StatusOwnership
-resources:
-  - {group: example.com, resource: widgets}
-  - {group: example.com, resource: gadgets, failurePolicy: Ignore, timeoutSeconds: 10}
-  - {group: example.com, resource: gizmos, failurePolicy: Ignore, timeoutSeconds: 10, mode: trim}
-  - {group: example.com, resource: doodads, mode: audit, failurePolicy: Fail, timeoutSeconds: 2}
-  - {group: "", resource: pods, failurePolicy: Ignore}
-"#;
-    let configurations = desired(&registration(), &rules(text), &unresolved(), None);
+    let text = document(&[
+        "{group: example.com, resource: widgets}",
+        "{group: example.com, resource: gadgets, failurePolicy: Ignore, timeoutSeconds: 10}",
+        "{group: example.com, resource: gizmos, failurePolicy: Ignore, timeoutSeconds: 10, mode: trim}",
+        "{group: example.com, resource: doodads, mode: audit, failurePolicy: Fail, timeoutSeconds: 2}",
+        r#"{group: "", resource: pods, failurePolicy: Ignore}"#,
+    ]);
+    let configurations = desired(&registration(), &rules(&text), &unresolved(), None);
     let hooks: Vec<(String, String, i32, Vec<String>)> = configurations
         .validating
         .webhooks
@@ -271,9 +278,7 @@ resources:
 #[test]
 fn a_timeout_outside_the_api_servers_bounds_is_refused() {
     for t in [0, 31] {
-        let text = format!(
-            "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - {{group: a, resource: b, timeoutSeconds: {t}}}\n"
-        );
+        let text = document(&[&format!("{{group: a, resource: b, timeoutSeconds: {t}}}")]);
         let problems = Ownership::from_yaml(&text).unwrap_err().problems();
         assert!(problems[0].contains("outside 1 to 30"), "{problems:?}");
     }
@@ -281,15 +286,12 @@ fn a_timeout_outside_the_api_servers_bounds_is_refused() {
 
 #[test]
 fn each_rule_names_the_version_its_paths_are_written_against() {
-    let text = r#"
-apiVersion: statusguard.dev/v1alpha1
-kind: StatusOwnership
-resources:
-  - {group: example.com, resource: widgets}
-  - {group: cluster.x-k8s.io, resource: machines, version: v1beta2}
-  - {group: example.com, resource: gadgets, mode: trim}
-  - {group: autoscaling, resource: horizontalpodautoscalers, mode: audit}
-"#;
+    let text = &document(&[
+        "{group: example.com, resource: widgets}",
+        "{group: cluster.x-k8s.io, resource: machines, version: v1beta2}",
+        "{group: example.com, resource: gadgets, mode: trim}",
+        "{group: autoscaling, resource: horizontalpodautoscalers, mode: audit}",
+    ]);
     // The CRDs' storage versions; the document's version wins over its CRD's.
     let resolved: ResolvedVersions = [
         (GroupResource::new("example.com", "widgets"), "v1".to_owned()),
