@@ -8,9 +8,12 @@
 //! while the server is down. What gets past it unchecked is still handled
 //! as before: the last valid document stays in force.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionResponse, AdmissionReview};
+use serde::Deserialize;
 
 use crate::ownership::CONFIGMAP_KEY;
 use crate::rules::source::{ConfigMapRef, LoadError, from_configmap};
@@ -18,47 +21,77 @@ use crate::rules::source::{ConfigMapRef, LoadError, from_configmap};
 /// The path of the check on the TLS port.
 pub const PATH: &str = "/validate-ownership";
 
+/// The most a ConfigMap can hold (the API server refuses a larger one): a
+/// document over it is refused unread, so that a forged review cannot make
+/// the YAML parser build more.
+const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
+
+/// Only what the check reads of a review: everything else (the old object,
+/// the user, the options) is skipped unbuilt, so that what a forged review
+/// makes the server hold is its document's text, no tree of values.
+#[derive(Deserialize)]
+struct Review {
+    request: Option<Request>,
+}
+
+#[derive(Deserialize)]
+struct Request {
+    uid: String,
+    object: Option<Object>,
+}
+
+#[derive(Deserialize)]
+struct Object {
+    kind: Option<String>,
+    data: Option<BTreeMap<String, String>>,
+}
+
 /// The answer to an AdmissionReview of the ownership ConfigMap `origin`:
 /// allowed when the document it would store is valid, else denied with 422
 /// and every problem. Only a body that is no AdmissionReview at all is an
 /// error (the caller answers 400): a review is always answered in-band.
 pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionReview<DynamicObject>, serde_json::Error> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(request) => request,
-        Err(e) => return Ok(AdmissionResponse::invalid(e).into_review()),
+    let review: Review = serde_json::from_slice(body)?;
+    let Some(request) = review.request else {
+        return Ok(AdmissionResponse::invalid("the AdmissionReview has no request").into_review());
     };
-    let response = AdmissionResponse::from(&request);
+    let mut response = AdmissionResponse::invalid("");
+    response.uid = request.uid;
+    response.allowed = true;
+    response.result = Default::default();
     // A DELETE has nothing to store; anything but a ConfigMap (such as
     // `statusguard probe`'s review) has no document to check.
-    let Some(object) = request
-        .object
-        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
-    else {
+    let Some(object) = request.object.filter(|o| o.kind.as_deref() == Some("ConfigMap")) else {
         return Ok(response.into_review());
     };
-    let configmap: ConfigMap = match serde_json::to_value(object).and_then(serde_json::from_value) {
-        Ok(configmap) => configmap,
-        Err(e) => return Ok(response.deny(format!("not a ConfigMap: {e}")).into_review()),
-    };
-    let response = match problems(&configmap, origin) {
-        None => response,
-        Some(problems) => {
-            let mut denied = response.deny(format!(
-                "ConfigMap {origin} would hold an invalid ownership document, which statusguard would not enforce: {}",
-                problems.join("; ")
-            ));
-            denied.result.code = 422;
-            denied.result.reason = "Invalid".to_owned();
-            denied
-        }
-    };
+    if let Some(problems) = problems(object.data, origin) {
+        response = response.deny(format!(
+            "ConfigMap {origin} would hold an invalid ownership document, which statusguard would not enforce: {}",
+            problems.join("; ")
+        ));
+        response.result.code = 422;
+        response.result.reason = "Invalid".to_owned();
+    }
     Ok(response.into_review())
 }
 
-/// Every problem of the document `configmap` holds, if it is not valid.
-fn problems(configmap: &ConfigMap, origin: &ConfigMapRef) -> Option<Vec<String>> {
-    match from_configmap(configmap, origin) {
+/// Every problem of the document a ConfigMap with `data` holds, if it is
+/// not valid.
+fn problems(data: Option<BTreeMap<String, String>>, origin: &ConfigMapRef) -> Option<Vec<String>> {
+    let too_large = data
+        .as_ref()
+        .and_then(|d| d.get(CONFIGMAP_KEY))
+        .is_some_and(|text| text.len() > MAX_DOCUMENT_BYTES);
+    if too_large {
+        return Some(vec![format!(
+            "its {CONFIGMAP_KEY:?} is over {MAX_DOCUMENT_BYTES} bytes, more than a ConfigMap can hold"
+        )]);
+    }
+    let configmap = ConfigMap {
+        data,
+        ..Default::default()
+    };
+    match from_configmap(&configmap, origin) {
         Ok(_) => None,
         Err(LoadError::MissingKey { .. }) => Some(vec![format!("it has no key {CONFIGMAP_KEY:?}")]),
         Err(e) => Some(e.problems()),
@@ -141,6 +174,20 @@ mod tests {
         probe["request"]["object"]["kind"] = json!("Probe");
         let response = answer(&serde_json::to_vec(&probe).unwrap());
         assert_eq!(response["allowed"], true, "{response}");
+    }
+
+    #[test]
+    fn a_document_larger_than_a_configmap_is_refused_unread() {
+        let huge = "# padding\n".repeat(MAX_DOCUMENT_BYTES / 10 + 1);
+        let response = answer(&review_of(Some(&huge)));
+        assert_eq!(response["allowed"], false, "{response}");
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("more than a ConfigMap can hold"),
+            "{response}"
+        );
     }
 
     #[test]
