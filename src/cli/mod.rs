@@ -1,4 +1,4 @@
-//! The command line, one command per file under [`commands`]:
+//! The command line, one command per file under `commands`:
 //! - `serve`: the TLS admission webhook;
 //! - `check`: validate an ownership document, a file or a live ConfigMap;
 //! - `review`: answer one AdmissionReview offline, as the server would;
@@ -7,7 +7,7 @@
 //! - `probe`: call each registered webhook as the API server does (`helm test`);
 //! - `suggest`: draft an ownership document from who writes what today.
 //!
-//! [`args`] holds what clap parses; this module sets up logging and
+//! `args` holds what clap parses; this module sets up logging and
 //! dispatches.
 
 use std::io::IsTerminal as _;

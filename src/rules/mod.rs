@@ -8,8 +8,8 @@
 //! read a source the same way.
 //!
 //! In cluster mode the last valid document also outlives the process
-//! ([`state`]), and writes of the ConfigMap are checked at the door
-//! ([`admission`]).
+//! (`state`), and writes of the ConfigMap are checked at the door
+//! (`admission`).
 
 #[cfg(feature = "server")]
 pub(crate) mod admission;

@@ -6,7 +6,7 @@
 //! signal ([`shutdown`]). The parts: [`config`] (what to serve), [`state`]
 //! (what the handlers share), [`http`] (the two ports), [`limits`] (what a
 //! caller may make the server hold), and `crate::cluster` (what it keeps in
-//! step with the cluster). The decision itself is [`crate::pipeline::answer`].
+//! step with the cluster). The decision itself is [`crate::admission::answer::answer`].
 
 pub mod config;
 pub mod http;

@@ -3,7 +3,7 @@
 //! signs, renewed and rotated without a moment in which the API server would
 //! not trust what a replica serves.
 //!
-//! [`next`] is pure: given what the Secret holds, what this replica serves,
+//! `next` is pure: given what the Secret holds, what this replica serves,
 //! the policy and the time, it says what the Secret should hold next.
 //!
 //! First, what is unusable is repaired, whatever state the Secret is in:
@@ -32,11 +32,11 @@
 //! - the old CA leaves the bundle once the serving certificate of the new
 //!   one has been out for the overlap (every replica has loaded it).
 //!
-//! Certificates are back-dated by [`BACKDATE`] against clock skew between
+//! Certificates are back-dated by `BACKDATE` against clock skew between
 //! the server and the API server.
 //!
 //! This is also the one home of rcgen (the development CA of `serve` and
-//! `gen-certs` is made by the same functions) and, in [`read`], of PEM and
+//! `gen-certs` is made by the same functions) and, in `read`, of PEM and
 //! X.509 parsing.
 
 use std::collections::BTreeSet;

@@ -24,7 +24,7 @@ use crate::server::state::App;
 /// The TLS port's routes. Any other method on these paths gets 405, any
 /// other path 404 (axum's defaults).
 /// With `ownership` (cluster mode) also the check of that ConfigMap's
-/// writes, [`rules::admission::PATH`].
+/// writes, `/validate-ownership`.
 pub fn router(app: Arc<App>, ownership: Option<ConfigMapRef>) -> Router {
     let mut router = Router::new()
         .route("/validate", post(|State(app), req| admit(app, Endpoint::Validate, req)))
