@@ -181,14 +181,20 @@ pub struct RequestHead<'h> {
     pub user_info: &'h Writer,
 }
 
+/// The allowing response to the request `uid`, to build on (kube's
+/// `AdmissionResponse::from` needs the whole typed request).
+pub fn allow(uid: &str) -> AdmissionResponse {
+    let mut response = AdmissionResponse::invalid("");
+    response.uid = uid.to_owned();
+    response.allowed = true;
+    response.result = Default::default();
+    response
+}
+
 impl RequestHead<'_> {
     /// The allowing response to this request, to build on.
     pub fn allow(&self) -> AdmissionResponse {
-        let mut response = AdmissionResponse::invalid("");
-        response.uid = self.uid.to_owned();
-        response.allowed = true;
-        response.result = Default::default();
-        response
+        allow(self.uid)
     }
 
     /// A status UPDATE: the only kind of request statusguard inspects.

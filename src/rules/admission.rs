@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview};
+use kube::core::admission::AdmissionResponse;
 use serde::Deserialize;
 
+use crate::admission::wire;
 use crate::ownership::CONFIGMAP_KEY;
 use crate::rules::source::{ConfigMapRef, LoadError, from_configmap};
 
@@ -50,29 +50,29 @@ struct Object {
 /// allowed when the document it would store is valid, else denied with 422
 /// and every problem. Only a body that is no AdmissionReview at all is an
 /// error (the caller answers 400): a review is always answered in-band.
-pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionReview<DynamicObject>, serde_json::Error> {
+pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionResponse, serde_json::Error> {
     let review: Review = serde_json::from_slice(body)?;
     let Some(request) = review.request else {
-        return Ok(AdmissionResponse::invalid("the AdmissionReview has no request").into_review());
+        return Ok(AdmissionResponse::invalid("the AdmissionReview has no request"));
     };
-    let mut response = AdmissionResponse::invalid("");
-    response.uid = request.uid;
-    response.allowed = true;
-    response.result = Default::default();
+    let response = wire::allow(&request.uid);
     // A DELETE has nothing to store; anything but a ConfigMap (such as
     // `statusguard probe`'s review) has no document to check.
     let Some(object) = request.object.filter(|o| o.kind.as_deref() == Some("ConfigMap")) else {
-        return Ok(response.into_review());
+        return Ok(response);
     };
-    if let Some(problems) = problems(object.data, origin) {
-        response = response.deny(format!(
-            "ConfigMap {origin} would hold an invalid ownership document, which statusguard would not enforce: {}",
-            problems.join("; ")
-        ));
-        response.result.code = 422;
-        response.result.reason = "Invalid".to_owned();
-    }
-    Ok(response.into_review())
+    Ok(match problems(object.data, origin) {
+        None => response,
+        Some(problems) => wire::refuse(
+            response,
+            422,
+            "Invalid",
+            format!(
+                "ConfigMap {origin} would hold an invalid ownership document, which statusguard would not enforce: {}",
+                problems.join("; ")
+            ),
+        ),
+    })
 }
 
 /// Every problem of the document a ConfigMap with `data` holds, if it is
@@ -128,7 +128,8 @@ mod tests {
 
     fn answer(body: &[u8]) -> Value {
         let origin: ConfigMapRef = "ops/ownership".parse().unwrap();
-        serde_json::to_value(review(body, &origin).unwrap()).unwrap()["response"].clone()
+        let body = wire::encode_response(&mut review(body, &origin).unwrap()).unwrap();
+        serde_json::from_slice::<Value>(&body).unwrap()["response"].clone()
     }
 
     #[test]
@@ -196,7 +197,7 @@ mod tests {
         assert!(review(b"{", &origin).is_err());
         let empty =
             serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).unwrap();
-        let answered = serde_json::to_value(review(&empty, &origin).unwrap()).unwrap();
-        assert_eq!(answered["response"]["allowed"], false, "{answered}");
+        let answered = review(&empty, &origin).unwrap();
+        assert!(!answered.allowed, "{answered:?}");
     }
 }

@@ -16,6 +16,7 @@ use tracing::field::Empty;
 use crate::admission::answer::{Answer, RequestFacts, Verdict, answer_observing};
 use crate::admission::decide::{Decision, Endpoint, Outcome};
 use crate::admission::observe::{Copied, observed_at};
+use crate::admission::wire::encode_response;
 use crate::ownership::Ownership;
 use crate::rules::{self, ConfigMapRef};
 use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
@@ -101,31 +102,18 @@ async fn admitted_body(app: &App, request: Request) -> Result<(Bytes, crate::ser
 /// document is YAML, and a forged one may be large), answered in-band.
 #[tracing::instrument(name = "ownership_review", skip_all)]
 async fn admit_ownership_document(app: Arc<App>, origin: Arc<ConfigMapRef>, request: Request) -> Response {
-    let (body, admission) = match admitted_body(&app, request).await {
+    let (body, _admission) = match admitted_body(&app, request).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
-    let Some(thread) = app.budget.decision_thread().await else {
-        return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
-    };
-    let answered = tokio::task::spawn_blocking(move || {
-        let answered = rules::admission::review(&body, &origin).map(|review| serde_json::to_vec(&review));
-        drop(thread);
-        answered
-    })
-    .await;
-    drop(admission);
-    match answered {
-        Ok(Ok(Ok(json))) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json).into_response(),
-        Ok(Err(e)) => plain(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
-        Ok(Ok(Err(e))) => plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot write the answer: {e}"),
-        ),
-        Err(e) => {
-            tracing::error!(error = %e, "a decision thread failed");
-            plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided")
-        }
+    let answered = on_a_decision_thread(&app, move || {
+        rules::admission::review(&body, &origin).map(|mut response| encode_response(&mut response))
+    });
+    match answered.await {
+        Some(Ok(Ok(json))) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Some(Ok(Err(e))) => plain(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Some(Err(e)) => plain(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
+        None => plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided"),
     }
 }
 
@@ -166,16 +154,24 @@ async fn answer_off_the_workers_if_large(
     if body.len() <= INLINE_DECISION_BYTES {
         return Some(answer_and_offer(app, &body, endpoint));
     }
-    // Waiting here ends with the request if its caller goes away.
+    let shared = app.clone();
+    on_a_decision_thread(app, move || answer_and_offer(&shared, &body, endpoint)).await
+}
+
+/// Runs `work` on a blocking thread, at most
+/// [`Limits::decision_threads`](crate::server::limits::Limits) at a time.
+/// Waiting for a thread ends with the request if its caller goes away.
+/// `None` only if no thread could be had or the work panicked (a bug; the
+/// request gets 503 and the server goes on).
+async fn on_a_decision_thread<T: Send + 'static>(app: &App, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let thread = app.budget.decision_thread().await?;
-    let app = app.clone();
-    let decided = tokio::task::spawn_blocking(move || {
-        let answered = answer_and_offer(&app, &body, endpoint);
+    let done = tokio::task::spawn_blocking(move || {
+        let done = work();
         drop(thread);
-        answered
+        done
     });
-    match decided.await {
-        Ok(answered) => Some(answered),
+    match done.await {
+        Ok(done) => Some(done),
         Err(e) => {
             tracing::error!(error = %e, "a decision thread failed");
             None
