@@ -9,7 +9,7 @@
 //! Warning Event on the ConfigMap (reason `InvalidOwnership`).
 //!
 //! Every valid document is also kept in the state ConfigMap
-//! ([`crate::rules::state`]), and a server that starts while the ConfigMap
+//! (`kept_document`), and a server that starts while the ConfigMap
 //! is invalid or absent enforces the kept one: a restart does not turn a
 //! tolerated state into a lockout. The annotation
 //! `statusguard.dev/registration: disabled`, on either ConfigMap, stands the
@@ -28,9 +28,9 @@ use kube::{Api, Client, Resource as _};
 use tokio::sync::watch;
 
 use super::events::{self, Events};
+use super::kept_document;
 use super::registration::Switch;
 use crate::ownership::CONFIGMAP_KEY;
-use crate::rules::state;
 use crate::rules::store::RuleStore;
 use crate::rules::{ConfigMapRef, LoadError, from_configmap};
 
@@ -65,7 +65,7 @@ pub async fn watch_configmap(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &configmap.namespace);
     let mut watch = WatchState {
-        state_configmap: state::state_configmap(&configmap),
+        state_configmap: kept_document::state_configmap(&configmap),
         configmap,
         client,
         rules,
@@ -139,7 +139,7 @@ impl WatchState {
     /// if there is a valid one, is in force (and the server ready) until
     /// the ConfigMap delivers a valid document of its own.
     async fn start_from_kept(&mut self) {
-        let object = match state::read(&self.client, &self.state_configmap).await {
+        let object = match kept_document::fetch_state(&self.client, &self.state_configmap).await {
             Ok(Some(object)) => object,
             Ok(None) => return,
             Err(e) => {
@@ -149,7 +149,7 @@ impl WatchState {
         };
         self.stood_down.by_state = Switch::of(&object) == Switch::StoodDown;
         self.follow_switch();
-        match state::kept_document(&object, &self.state_configmap) {
+        match kept_document::in_state(&object, &self.state_configmap) {
             Ok(Some(kept)) => {
                 let summary = kept.rules.summary();
                 let generation = self.rules.replace(kept.rules);
@@ -212,7 +212,7 @@ impl WatchState {
             return;
         }
         let version = object.metadata.resource_version.as_deref();
-        match state::keep(&self.client, &self.state_configmap, text, version).await {
+        match kept_document::keep(&self.client, &self.state_configmap, text, version).await {
             Ok(()) => {
                 tracing::info!(state = %self.state_configmap, from_resource_version = version.unwrap_or_default(), "kept the ownership document for restarts");
                 self.kept = Some(text.clone());

@@ -19,14 +19,13 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::FIELD_MANAGER;
 use crate::ownership::{CONFIGMAP_KEY, Ownership};
 use crate::rules::source::{ConfigMapRef, LoadError, parse_document};
 
 /// The annotation that says which version of the ownership ConfigMap the
 /// kept document was read from.
 pub const KEPT_FROM_ANNOTATION: &str = "statusguard.dev/kept-from-resource-version";
-/// The field manager of the servers' writes.
-const FIELD_MANAGER: &str = "statusguard";
 
 /// The state ConfigMap of the ownership ConfigMap `source`.
 pub fn state_configmap(source: &ConfigMapRef) -> ConfigMapRef {
@@ -50,7 +49,7 @@ pub struct KeptDocument {
 /// The document kept in `state`, if it holds one that is valid for this
 /// server (a document kept by a newer version may not be: then there is
 /// none, and the error says why).
-pub fn kept_document(state: &ConfigMap, origin: &ConfigMapRef) -> Result<Option<KeptDocument>, LoadError> {
+pub fn in_state(state: &ConfigMap, origin: &ConfigMapRef) -> Result<Option<KeptDocument>, LoadError> {
     let Some(text) = state.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) else {
         return Ok(None);
     };
@@ -69,7 +68,7 @@ pub fn kept_document(state: &ConfigMap, origin: &ConfigMapRef) -> Result<Option<
 }
 
 /// Reads the state ConfigMap; `None` when it does not exist.
-pub async fn read(client: &Client, state: &ConfigMapRef) -> Result<Option<ConfigMap>, kube::Error> {
+pub async fn fetch_state(client: &Client, state: &ConfigMapRef) -> Result<Option<ConfigMap>, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &state.namespace);
     api.get_opt(&state.name).await
 }
@@ -124,16 +123,16 @@ mod tests {
             "metadata": {"name": "o-state", "annotations": {KEPT_FROM_ANNOTATION: "42"}},
             "data": {CONFIGMAP_KEY: EMBEDDED_OWNERSHIP},
         }));
-        let document = kept_document(&kept, &origin).unwrap().unwrap();
+        let document = in_state(&kept, &origin).unwrap().unwrap();
         assert_eq!(document.text, EMBEDDED_OWNERSHIP);
         assert_eq!(document.from_resource_version.as_deref(), Some("42"));
         assert!(!document.rules.resources().is_empty());
 
         let empty = configmap(json!({"metadata": {"name": "o-state"}}));
-        assert!(kept_document(&empty, &origin).unwrap().is_none());
+        assert!(in_state(&empty, &origin).unwrap().is_none());
 
         let broken = configmap(json!({"metadata": {"name": "o-state"}, "data": {CONFIGMAP_KEY: "kind: Nope\n"}}));
-        let error = kept_document(&broken, &origin).unwrap_err();
+        let error = in_state(&broken, &origin).unwrap_err();
         assert!(error.to_string().starts_with("ConfigMap ops/o-state"), "{error}");
     }
 }

@@ -9,9 +9,15 @@
 //! registration switch; the registration loop follows both through typed
 //! channels.
 
+/// The field manager of every server-side apply the servers make (their
+/// webhook configurations, the kept document): one manager, so that every
+/// replica writes the same fields and they converge without a leader.
+pub(crate) const FIELD_MANAGER: &str = "statusguard";
+
 pub mod certs;
 pub(crate) mod config_watch;
 pub(crate) mod events;
+pub(crate) mod kept_document;
 pub(crate) mod observer;
 pub(crate) mod registration;
 pub(crate) mod versions;

@@ -7,15 +7,12 @@
 //! [`source::parse_document`]: `serve`, `check`, `review` and the library
 //! read a source the same way.
 //!
-//! In cluster mode the last valid document also outlives the process
-//! (`state`), and writes of the ConfigMap are checked at the door
+//! In cluster mode, writes of the ConfigMap are also checked at the door
 //! (`admission`).
 
 #[cfg(feature = "server")]
 pub(crate) mod admission;
 pub mod source;
-#[cfg(feature = "server")]
-pub(crate) mod state;
 #[cfg(feature = "server")]
 pub(crate) mod store;
 

@@ -36,13 +36,12 @@ use tokio::time::Instant;
 
 use super::Switch;
 use super::desired::{CaSource, Configurations, Registration, desired};
+use crate::cluster::FIELD_MANAGER;
 use crate::cluster::versions::{self, Resolution, StorageVersions};
 use crate::metrics::{Metrics, WebhookSync};
 use crate::ownership::{GroupResource, Ownership};
 use crate::rules::store::{InForce, RuleStore};
 
-/// The field manager of every write statusguard makes to its configurations.
-pub const FIELD_MANAGER: &str = "statusguard";
 /// How often the CA file is read for a new bundle.
 const CA_POLL: Duration = Duration::from_secs(2);
 /// A change of the configurations is repaired at once, but no sooner than

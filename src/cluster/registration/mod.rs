@@ -4,7 +4,7 @@
 //!
 //! The one switch that stands every replica down is here too: the
 //! [`REGISTRATION_ANNOTATION`] on the ownership ConfigMap or on its state
-//! ConfigMap ([`crate::rules::state`]), read by the ConfigMap watch into a
+//! ConfigMap ((`crate::cluster::kept_document`)), read by the ConfigMap watch into a
 //! [`Switch`] and written by `statusguard unregister`.
 
 pub(crate) mod desired;
