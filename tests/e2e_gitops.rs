@@ -83,16 +83,45 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     let (_, bundle_before) = registered(&s).await;
     assert!(!bundle_before.is_empty());
 
-    // `helm upgrade --force`: every rendered object is replaced.
+    // `helm upgrade --force`: every rendered object is replaced. A watch
+    // sees every version of the validating configuration, so the time from
+    // the replacement (the first version without webhooks) to the repair
+    // (the next one with them) is measured, not from when helm returned.
+    let (watching, watched) = tokio::sync::oneshot::channel();
+    let versions = {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(s.admin.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt as _;
+            let mut changes = std::pin::pin!(kube::runtime::watcher::watch_object(api, WEBHOOKS));
+            let mut emptied = None;
+            let mut watching = Some(watching);
+            while let Some(change) = changes.next().await {
+                // The first version is the one in place before the upgrade.
+                if let Some(watching) = watching.take() {
+                    let _ = watching.send(());
+                }
+                let hooks = match change {
+                    Ok(Some(configuration)) => configuration.webhooks.unwrap_or_default().len(),
+                    Ok(None) => 0,
+                    Err(_) => continue,
+                };
+                match (emptied, hooks) {
+                    (None, 0) => emptied = Some(Instant::now()),
+                    (Some(at), n) if n > 0 => return at.elapsed(),
+                    _ => {}
+                }
+            }
+            Duration::MAX
+        })
+    };
+    watched.await.expect("the configuration is watched before the upgrade");
     let file = release.values(&values);
     let chart = chart().display().to_string();
     release.helm(&["upgrade", RELEASE, &chart, "-n", NAMESPACE, "-f", &file, "--force"]);
-    let replaced = Instant::now();
-    eventually(Duration::from_secs(10), "the webhooks are applied again", || async {
-        registered(&s).await.0 > 0
-    })
-    .await;
-    let repaired = replaced.elapsed();
+    let repaired = tokio::time::timeout(Duration::from_secs(30), versions)
+        .await
+        .expect("the replacement and the repair are seen within 30 s")
+        .unwrap();
     assert!(
         repaired <= Duration::from_secs(2),
         "the webhooks were applied again {repaired:?} after the replacement\nA:\n{}\nB:\n{}",
