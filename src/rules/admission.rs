@@ -8,15 +8,12 @@
 //! while the server is down. What gets past it unchecked is still handled
 //! as before: the last valid document stays in force.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::admission::AdmissionResponse;
 use serde::Deserialize;
 
 use crate::admission::wire;
 use crate::ownership::CONFIGMAP_KEY;
-use crate::rules::source::{ConfigMapRef, LoadError, from_configmap};
+use crate::rules::source::{ConfigMapRef, parse_only_document};
 
 /// The path of the check on the TLS port.
 pub const PATH: &str = "/validate-ownership";
@@ -26,9 +23,10 @@ pub const PATH: &str = "/validate-ownership";
 /// the YAML parser build more.
 const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 
-/// Only what the check reads of a review: everything else (the old object,
-/// the user, the options) is skipped unbuilt, so that what a forged review
-/// makes the server hold is its document's text, no tree of values.
+/// Only what the check reads of a review: everything else (the user, the
+/// options, every other key of the ConfigMaps) is skipped unbuilt, so that
+/// what a forged review makes the server hold is at most its two
+/// documents' text, no tree of values.
 #[derive(Deserialize)]
 struct Review {
     request: Option<Request>,
@@ -38,18 +36,30 @@ struct Review {
 struct Request {
     uid: String,
     object: Option<Object>,
+    #[serde(rename = "oldObject")]
+    old_object: Option<Object>,
 }
 
 #[derive(Deserialize)]
 struct Object {
     kind: Option<String>,
-    data: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    data: Data,
+}
+
+#[derive(Deserialize, Default)]
+struct Data {
+    #[serde(rename = "ownership.yaml")]
+    document: Option<String>,
 }
 
 /// The answer to an AdmissionReview of the ownership ConfigMap `origin`:
-/// allowed when the document it would store is valid, else denied with 422
-/// and every problem. Only a body that is no AdmissionReview at all is an
-/// error (the caller answers 400): a review is always answered in-band.
+/// allowed when the document it would store is valid or is the one already
+/// stored (an edit of its labels or annotations, such as `statusguard
+/// unregister`'s, is never blocked by a document stored while statusguard
+/// was down), else denied with 422 and every problem. Only a body that is
+/// no AdmissionReview at all is an error (the caller answers 400): a review
+/// is always answered in-band.
 pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionResponse, serde_json::Error> {
     let review: Review = serde_json::from_slice(body)?;
     let Some(request) = review.request else {
@@ -61,7 +71,11 @@ pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionResponse, s
     let Some(object) = request.object.filter(|o| o.kind.as_deref() == Some("ConfigMap")) else {
         return Ok(response);
     };
-    Ok(match problems(object.data, origin) {
+    let document = object.data.document;
+    if request.old_object.is_some_and(|old| old.data.document == document) {
+        return Ok(response);
+    }
+    Ok(match problems(document.as_deref(), origin) {
         None => response,
         Some(problems) => wire::refuse(
             response,
@@ -75,27 +89,19 @@ pub fn review(body: &[u8], origin: &ConfigMapRef) -> Result<AdmissionResponse, s
     })
 }
 
-/// Every problem of the document a ConfigMap with `data` holds, if it is
-/// not valid.
-fn problems(data: Option<BTreeMap<String, String>>, origin: &ConfigMapRef) -> Option<Vec<String>> {
-    let too_large = data
-        .as_ref()
-        .and_then(|d| d.get(CONFIGMAP_KEY))
-        .is_some_and(|text| text.len() > MAX_DOCUMENT_BYTES);
-    if too_large {
+/// Every problem of `document`, if it is not a valid one.
+fn problems(document: Option<&str>, origin: &ConfigMapRef) -> Option<Vec<String>> {
+    let Some(text) = document else {
+        return Some(vec![format!("it has no key {CONFIGMAP_KEY:?}")]);
+    };
+    if text.len() > MAX_DOCUMENT_BYTES {
         return Some(vec![format!(
             "its {CONFIGMAP_KEY:?} is over {MAX_DOCUMENT_BYTES} bytes, more than a ConfigMap can hold"
         )]);
     }
-    let configmap = ConfigMap {
-        data,
-        ..Default::default()
-    };
-    match from_configmap(&configmap, origin) {
-        Ok(_) => None,
-        Err(LoadError::MissingKey { .. }) => Some(vec![format!("it has no key {CONFIGMAP_KEY:?}")]),
-        Err(e) => Some(e.problems()),
-    }
+    parse_only_document(&format!("ConfigMap {origin}"), text)
+        .err()
+        .map(|e| e.problems())
 }
 
 #[cfg(test)]
@@ -106,12 +112,22 @@ mod tests {
     use crate::rules::source::EMBEDDED_OWNERSHIP;
     use crate::test_support::{Target, body, update_review};
 
-    fn review_of(document: Option<&str>) -> Vec<u8> {
+    fn configmap(document: Option<&str>) -> Value {
         let data = match document {
-            Some(text) => json!({CONFIGMAP_KEY: text}),
+            Some(text) => json!({CONFIGMAP_KEY: text, "other": "x"}),
             None => json!({"other": "x"}),
         };
-        let configmap = Target {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "ownership", "namespace": "ops"}, "data": data})
+    }
+
+    fn review_of(document: Option<&str>) -> Vec<u8> {
+        edit_of(None, document)
+    }
+
+    /// An UPDATE from `old` (if any) to `new`.
+    fn edit_of(old: Option<&str>, new: Option<&str>) -> Vec<u8> {
+        let target = Target {
             group: "",
             kind: "ConfigMap",
             resource: "configmaps",
@@ -119,9 +135,7 @@ mod tests {
             namespace: "ops",
             name: "ownership",
         };
-        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": "ownership", "namespace": "ops"}, "data": data});
-        let mut review = update_review(&configmap, "someone", object, None);
+        let mut review = update_review(&target, "someone", configmap(new), old.map(|o| configmap(Some(o))));
         review["request"]["uid"] = json!("u-1");
         body(&review)
     }
@@ -154,6 +168,18 @@ mod tests {
         assert!(message.contains("observedGeneration"), "{message}");
         assert!(message.contains("Ready"), "{message}");
         assert!(message.starts_with("ConfigMap ops/ownership would hold"), "{message}");
+    }
+
+    #[test]
+    fn an_edit_that_keeps_the_stored_document_is_never_blocked_by_it() {
+        let invalid = "kind: Nope\n";
+        assert_eq!(answer(&edit_of(Some(invalid), Some(invalid)))["allowed"], true);
+        let other = "kind: Neither\n";
+        assert_eq!(answer(&edit_of(Some(invalid), Some(other)))["allowed"], false);
+        assert_eq!(
+            answer(&edit_of(Some(EMBEDDED_OWNERSHIP), Some(invalid)))["allowed"],
+            false
+        );
     }
 
     #[test]

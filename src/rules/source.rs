@@ -148,7 +148,7 @@ pub fn parse_document(origin: &str, text: &str) -> Result<Ownership, LoadError> 
     parse_only_document(origin, text)
 }
 
-fn parse_only_document(origin: &str, text: &str) -> Result<Ownership, LoadError> {
+pub(crate) fn parse_only_document(origin: &str, text: &str) -> Result<Ownership, LoadError> {
     Ownership::from_yaml(text).map_err(|source| LoadError::Invalid {
         origin: origin.to_owned(),
         source,

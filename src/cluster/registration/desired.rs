@@ -391,7 +391,9 @@ pub fn desired(
 /// The webhook on writes of the ownership ConfigMap itself: `Ignore`, so
 /// that a fix is never blocked while the server is down; only that one
 /// object (its namespace by the label every namespace has, its name by a
-/// match condition), and never the kubelets' or the exempt writers'.
+/// match condition). Exempt writers are checked too: the check guards the
+/// rules themselves, not a status, and an edit that keeps the stored
+/// document passes whatever it holds ([`crate::rules::admission`]).
 fn ownership_hook(
     registration: &Registration,
     configmap: &ConfigMapRef,
