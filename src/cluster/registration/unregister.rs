@@ -10,6 +10,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 
 use super::Switch;
+use crate::cluster::kept_document::state_configmap;
 use crate::rules::ConfigMapRef;
 
 /// What `unregister` did.
@@ -23,7 +24,8 @@ pub struct Unregistered {
 
 /// Stands every running server down (the ConfigMap's
 /// [`REGISTRATION_ANNOTATION`](super::REGISTRATION_ANNOTATION) set to
-/// `disabled`, when `configmap` is given), then deletes both
+/// `disabled`, when `configmap` is given; on its state ConfigMap when it
+/// is gone), then deletes both
 /// configurations, and keeps deleting them until they have stayed gone for
 /// `settle` (a server that applied just before it saw the annotation cannot
 /// bring them back).
@@ -42,8 +44,21 @@ pub async fn unregister(
             .await
         {
             Ok(_) => done.stood_down = Some(configmap.to_string()),
-            // No ConfigMap: no server has anything to apply.
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            // No ConfigMap: the servers may still enforce (and register)
+            // the document kept for restarts, so the switch goes on the
+            // state ConfigMap, made if it is gone too; else the deletions
+            // below would be undone for ever. It stays there until an
+            // operator removes it.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let state = state_configmap(configmap);
+                let mut apply = Switch::stand_down_patch();
+                apply["apiVersion"] = "v1".into();
+                apply["kind"] = "ConfigMap".into();
+                apply["metadata"]["name"] = state.name.clone().into();
+                let params = PatchParams::apply("statusguard-unregister").force();
+                api.patch(&state.name, &params, &Patch::Apply(&apply)).await?;
+                done.stood_down = Some(state.to_string());
+            }
             Err(e) => return Err(e),
         }
     }
