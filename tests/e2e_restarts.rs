@@ -178,8 +178,17 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     // A restart on the invalid ConfigMap: ready, enforcing the kept document.
     let server = start().await;
     server.wait_ready().await;
-    let (_, readyz) = server.get_admin("/readyz").await.unwrap();
-    assert!(readyz.contains(STATE), "{readyz}");
+    // Once the invalid ConfigMap is read, /readyz says so, and that the
+    // kept document stays in force.
+    eventually(
+        Duration::from_secs(30),
+        "/readyz: invalid, the kept document in force",
+        || async {
+            matches!(server.get_admin("/readyz").await,
+            Some((200, body)) if body.contains("holds an invalid ownership document") && body.contains(STATE))
+        },
+    )
+    .await;
     eventually(Duration::from_secs(30), "enforced after the restart", || async {
         write_observed_generation(&s, &s.scaler).await == 409
     })
@@ -192,7 +201,9 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     )
     .await;
     assert!(
-        server.log().contains("enforcing the kept ownership document"),
+        server
+            .log()
+            .contains("invalid ownership document; the last valid document, kept in ConfigMap"),
         "{}",
         server.log()
     );
@@ -260,6 +271,24 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
         write_observed_generation(&s, &s.scaler).await == 409
     })
     .await;
+
+    // `statusguard unregister` (the pre-delete hook) with the ownership
+    // ConfigMap already gone: the server still enforces the kept document,
+    // so the switch goes on the state ConfigMap, and the deletions hold.
+    configmaps.delete(CONFIGMAP, &DeleteParams::default()).await.unwrap();
+    let said = release.run_pre_delete_hook(&pod.kubeconfig);
+    assert!(said.contains(STATE), "{said}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(registered(&s).await.is_empty(), "{}", server.log());
+    let state = configmaps.get(STATE).await.unwrap();
+    assert_eq!(
+        state
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("statusguard.dev/registration")
+            .map(String::as_str),
+        Some("disabled")
+    );
     drop(server);
-    release.run_pre_delete_hook(&pod.kubeconfig);
 }

@@ -73,6 +73,7 @@ pub async fn watch_configmap(
         events,
         seen: Seen::Nothing,
         kept: None,
+        last_valid: None,
         enforcing_kept: false,
         stood_down: StoodDown::default(),
     };
@@ -89,10 +90,7 @@ pub async fn watch_configmap(
         match update {
             Change::Ownership(Ok(Some(object))) => watch.apply(&object).await,
             Change::Ownership(Ok(None)) => watch.gone().await,
-            Change::State(Ok(object)) => {
-                watch.stood_down.by_state = object.as_ref().map(Switch::of) == Some(Switch::StoodDown);
-                watch.follow_switch();
-            }
+            Change::State(Ok(object)) => watch.state_changed(object.as_ref()).await,
             Change::Ownership(Err(e)) | Change::State(Err(e)) => {
                 tracing::warn!(configmap = %watch.configmap, error = %e, "watching the ownership ConfigMap failed; retrying, the rules in force stay")
             }
@@ -115,8 +113,11 @@ struct WatchState {
     switch: watch::Sender<Switch>,
     events: Events,
     seen: Seen,
-    /// The document text the state ConfigMap holds, as far as this server knows.
+    /// The document text the state ConfigMap holds, as last seen.
     kept: Option<String>,
+    /// The last valid document this server loaded from the ownership
+    /// ConfigMap, and the resourceVersion it came from.
+    last_valid: Option<(String, Option<String>)>,
     /// The rules in force came from the state ConfigMap, not (yet) from the
     /// ownership ConfigMap.
     enforcing_kept: bool,
@@ -139,17 +140,39 @@ impl WatchState {
     /// if there is a valid one, is in force (and the server ready) until
     /// the ConfigMap delivers a valid document of its own.
     async fn start_from_kept(&mut self) {
-        let object = match kept_document::fetch_state(&self.client, &self.state_configmap).await {
-            Ok(Some(object)) => object,
-            Ok(None) => return,
+        match kept_document::fetch_state(&self.client, &self.state_configmap).await {
+            Ok(object) => self.state_changed(object.as_ref()).await,
+            // The state ConfigMap's watch delivers it again.
             Err(e) => {
-                tracing::warn!(state = %self.state_configmap, error = %e, "cannot read the kept ownership document; starting without it");
-                return;
+                tracing::warn!(state = %self.state_configmap, error = %e, "cannot read the kept ownership document yet; starting without it")
             }
-        };
-        self.stood_down.by_state = Switch::of(&object) == Switch::StoodDown;
+        }
+    }
+
+    /// The state ConfigMap as it is now (`None`: absent): its switch is
+    /// followed; its document is put in force if nothing is (at start, or
+    /// when the read at start failed); and a document it lost (deleted or
+    /// emptied) is kept again from what this server loaded last. (A
+    /// different document in it is left alone: during a rolling upgrade
+    /// replicas may disagree on what is valid, and would overwrite each
+    /// other without end.)
+    async fn state_changed(&mut self, object: Option<&ConfigMap>) {
+        self.stood_down.by_state = object.map(Switch::of) == Some(Switch::StoodDown);
         self.follow_switch();
-        match kept_document::in_state(&object, &self.state_configmap) {
+        self.kept = object
+            .and_then(|o| o.data.as_ref())
+            .and_then(|d| d.get(CONFIGMAP_KEY))
+            .cloned();
+        if self.kept.is_none()
+            && let Some((text, version)) = self.last_valid.clone()
+        {
+            self.keep(&text, version.as_deref()).await;
+        }
+        let Some(object) = object else { return };
+        if self.rules.current().is_some() {
+            return;
+        }
+        match kept_document::in_state(object, &self.state_configmap) {
             Ok(Some(kept)) => {
                 let summary = kept.rules.summary();
                 let generation = self.rules.replace(kept.rules);
@@ -159,8 +182,7 @@ impl WatchState {
                     kept.from_resource_version.as_deref().unwrap_or("unknown"),
                     self.configmap
                 ));
-                tracing::info!(state = %self.state_configmap, generation, %summary, "enforcing the kept ownership document until the ConfigMap is read");
-                self.kept = Some(kept.text);
+                tracing::info!(state = %self.state_configmap, generation, %summary, "enforcing the kept ownership document until the ConfigMap holds a valid one");
                 self.enforcing_kept = true;
             }
             Ok(None) => {}
@@ -196,29 +218,30 @@ impl WatchState {
                 let generation = self.rules.replace(rules);
                 self.enforcing_kept = false;
                 tracing::info!(configmap = %self.configmap, generation, %summary, "ownership rules loaded");
-                self.keep(object).await;
+                if let Some(text) = object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) {
+                    let version = object.metadata.resource_version.clone();
+                    self.last_valid = Some((text.clone(), version.clone()));
+                    self.keep(text, version.as_deref()).await;
+                }
             }
             Err(e) => self.invalid(object, &e).await,
         }
     }
 
-    /// Keeps the document `object` holds (valid: it just loaded) in the
-    /// state ConfigMap, unless that already holds it.
-    async fn keep(&mut self, object: &ConfigMap) {
-        let Some(text) = object.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) else {
-            return;
-        };
-        if self.kept.as_ref() == Some(text) {
+    /// Keeps `text` (valid: it loaded) in the state ConfigMap, unless that
+    /// already holds it.
+    async fn keep(&mut self, text: &str, version: Option<&str>) {
+        if self.kept.as_deref() == Some(text) {
             return;
         }
-        let version = object.metadata.resource_version.as_deref();
         match kept_document::keep(&self.client, &self.state_configmap, text, version).await {
             Ok(()) => {
                 tracing::info!(state = %self.state_configmap, from_resource_version = version.unwrap_or_default(), "kept the ownership document for restarts");
-                self.kept = Some(text.clone());
+                self.kept = Some(text.to_owned());
             }
-            // Tried again with the next valid document; meanwhile a restart
-            // finds the previous one.
+            // Tried again with the next valid document, or when the state
+            // ConfigMap is seen without one; meanwhile a restart finds the
+            // previous one.
             Err(e) => {
                 tracing::warn!(state = %self.state_configmap, error = %e, "cannot keep the ownership document for restarts")
             }

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::FIELD_MANAGER;
 use crate::ownership::{CONFIGMAP_KEY, Ownership};
-use crate::rules::source::{ConfigMapRef, LoadError, parse_document};
+use crate::rules::source::{ConfigMapRef, LoadError, parse_only_document};
 
 /// The annotation that says which version of the ownership ConfigMap the
 /// kept document was read from.
@@ -38,8 +38,6 @@ pub fn state_configmap(source: &ConfigMapRef) -> ConfigMapRef {
 /// The last valid document, as a state ConfigMap holds it.
 #[derive(Debug)]
 pub struct KeptDocument {
-    /// Its text, exactly as the ownership ConfigMap held it.
-    pub text: String,
     /// The rules it gives.
     pub rules: Ownership,
     /// The resourceVersion of the ownership ConfigMap it came from.
@@ -53,7 +51,9 @@ pub fn in_state(state: &ConfigMap, origin: &ConfigMapRef) -> Result<Option<KeptD
     let Some(text) = state.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) else {
         return Ok(None);
     };
-    let rules = parse_document(&format!("ConfigMap {origin}"), text)?;
+    // Read as the ownership ConfigMap's document is: the document itself,
+    // never a manifest wrapping one.
+    let rules = parse_only_document(&format!("ConfigMap {origin}"), text)?;
     let from_resource_version = state
         .metadata
         .annotations
@@ -61,7 +61,6 @@ pub fn in_state(state: &ConfigMap, origin: &ConfigMapRef) -> Result<Option<KeptD
         .and_then(|a| a.get(KEPT_FROM_ANNOTATION))
         .cloned();
     Ok(Some(KeptDocument {
-        text: text.clone(),
         rules,
         from_resource_version,
     }))
@@ -124,7 +123,7 @@ mod tests {
             "data": {CONFIGMAP_KEY: EMBEDDED_OWNERSHIP},
         }));
         let document = in_state(&kept, &origin).unwrap().unwrap();
-        assert_eq!(document.text, EMBEDDED_OWNERSHIP);
+        assert_eq!(document.rules, Ownership::from_yaml(EMBEDDED_OWNERSHIP).unwrap());
         assert_eq!(document.from_resource_version.as_deref(), Some("42"));
         assert!(!document.rules.resources().is_empty());
 
