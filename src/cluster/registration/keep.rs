@@ -27,6 +27,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::watch_object;
@@ -44,9 +45,9 @@ use crate::rules::store::{InForce, RuleStore};
 
 /// How often the CA file is read for a new bundle.
 const CA_POLL: Duration = Duration::from_secs(2);
-/// A change of the configurations is repaired at once, but no sooner than
-/// this after the last apply: should an apply that changes nothing ever be
-/// reported by the watch, the loop applies once a second, not without end.
+/// A change of the configurations by someone else is repaired at once, but
+/// no sooner than this after the last apply: a guard, should another writer
+/// fight the servers over them.
 const DRIFT_SPACING: Duration = Duration::from_secs(1);
 /// A loop with nothing timed to do still looks again this often.
 const IDLE: Duration = Duration::from_secs(3600);
@@ -141,26 +142,27 @@ pub async fn keep_registered(client: Client, registration: Registration, metrics
     );
 }
 
-/// Counts every change of the two configurations named `name` (each
-/// watched by name: a field selector, which a Role limited to those names
-/// allows). The loop's own applies show up too, once each: the apply that
-/// follows changes nothing, which a watch does not report.
+/// Counts every change of the two configurations named `name` that
+/// [`is_drift`] (each watched by name: a field selector, which a Role
+/// limited to those names allows).
 async fn watch_own_configurations(client: Client, name: String, changed: watch::Sender<u64>) {
     let validating = watch_object(Api::<ValidatingWebhookConfiguration>::all(client.clone()), &name)
         .default_backoff()
-        .map_ok(|_| ())
+        .map_ok(|object| is_drift(object.as_ref().map(|o| &o.metadata)))
         .boxed();
     let mutating = watch_object(Api::<MutatingWebhookConfiguration>::all(client), &name)
         .default_backoff()
-        .map_ok(|_| ())
+        .map_ok(|object| is_drift(object.as_ref().map(|o| &o.metadata)))
         .boxed();
     let mut changes = futures::stream::select(validating, mutating);
     let mut last_error: Option<String> = None;
     while let Some(change) = changes.next().await {
         match change {
-            Ok(()) => {
+            Ok(drifted) => {
                 last_error = None;
-                changed.send_modify(|count| *count += 1);
+                if drifted {
+                    changed.send_modify(|count| *count += 1);
+                }
             }
             Err(e) => {
                 let error = e.to_string();
@@ -171,6 +173,31 @@ async fn watch_own_configurations(client: Client, name: String, changed: watch::
             }
         }
     }
+}
+
+/// Whether a version of a configuration (`None`: deleted) is someone
+/// else's doing: its `webhooks` no longer held by the servers' field
+/// manager (a replacement, as `helm upgrade --force` makes), or written in
+/// part by another (a hand edit). The servers' own applies, this replica's
+/// or another's, are not drift: replicas of two versions that want
+/// different configurations (a rolling upgrade) then meet at the resync,
+/// not once a second.
+fn is_drift(metadata: Option<&ObjectMeta>) -> bool {
+    let Some(metadata) = metadata else { return true };
+    let holds_webhooks = |entry: &ManagedFieldsEntry| {
+        entry
+            .fields_v1
+            .as_ref()
+            .is_some_and(|fields| fields.0.get("f:webhooks").is_some())
+    };
+    let entries = metadata.managed_fields.as_deref().unwrap_or_default();
+    let ours = entries
+        .iter()
+        .any(|e| e.manager.as_deref() == Some(FIELD_MANAGER) && holds_webhooks(e));
+    let others = entries
+        .iter()
+        .any(|e| e.manager.as_deref() != Some(FIELD_MANAGER) && holds_webhooks(e));
+    !ours || others
 }
 
 /// Retries of a failed apply: from half a second, doubling to 30 s, with jitter
@@ -387,5 +414,30 @@ fn log_versions(rules: &Ownership, resolution: &Resolution) {
         } else if let Some(why) = resolution.unversioned.get(&key) {
             tracing::warn!(%resource, %why, "the webhook rule names every version (*): writes are not converted, and the paths are read in whatever version a writer uses; name version: in the document");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed(entries: serde_json::Value) -> ObjectMeta {
+        serde_json::from_value(serde_json::json!({"name": "sg", "managedFields": entries})).unwrap()
+    }
+
+    #[test]
+    fn only_someone_elses_writes_of_the_webhooks_are_drift() {
+        let ours = serde_json::json!({"manager": FIELD_MANAGER, "operation": "Apply",
+                                      "fieldsType": "FieldsV1", "fieldsV1": {"f:webhooks": {}}});
+        let helm = serde_json::json!({"manager": "helm", "operation": "Update",
+                                      "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}});
+        let edit = serde_json::json!({"manager": "kubectl-edit", "operation": "Update",
+                                      "fieldsType": "FieldsV1", "fieldsV1": {"f:webhooks": {}}});
+        // The servers' own apply (any replica's), beside the chart's labels.
+        assert!(!is_drift(Some(&managed(serde_json::json!([ours, helm])))));
+        // Deleted; replaced (helm --force: nobody holds the webhooks); edited by hand.
+        assert!(is_drift(None));
+        assert!(is_drift(Some(&managed(serde_json::json!([helm])))));
+        assert!(is_drift(Some(&managed(serde_json::json!([ours, edit])))));
     }
 }
