@@ -257,10 +257,22 @@ pub(crate) async fn keep(
     // check. The watch restarts with backoff; the ticks go on meanwhile.
     let api: Api<Secret> = Api::namespaced(client.clone(), &managed.secret.namespace);
     let mut changed = watch_object(api, &managed.secret.name).default_backoff().boxed();
+    let mut watch_error: Option<String> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            Some(_) = changed.next() => {}
+            Some(change) = changed.next() => match change {
+                Ok(_) => watch_error = None,
+                // Not a change: the next tick syncs. Said once per error.
+                Err(e) => {
+                    let error = e.to_string();
+                    if watch_error.as_ref() != Some(&error) {
+                        tracing::warn!(secret = %managed.secret, %error, "cannot watch the Secret; retrying (a change to it is repaired at the next check instead)");
+                    }
+                    watch_error = Some(error);
+                    continue;
+                }
+            },
         }
         let synced = match &loaded {
             Some(held) => sync(&client, &managed, Some(held)).await,
