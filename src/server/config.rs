@@ -14,7 +14,7 @@ use crate::cluster::certs::secret::{self as ca, ManagedCerts};
 use crate::cluster::certs::tls::{self, SwappableCert};
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::Registration;
-use crate::rules::{LoadError, RulesSource};
+use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::limits::{self, Limits};
 use crate::server::state::App;
 
@@ -116,6 +116,15 @@ impl ServeConfig {
 
     /// Whether the server talks to a Kubernetes API: for its ConfigMap, its
     /// webhook registration or its Secret.
+    /// The ownership ConfigMap, in cluster mode: its writes are checked at
+    /// the door (a route, and a webhook of the registration).
+    pub(crate) fn ownership_configmap(&self) -> Option<&ConfigMapRef> {
+        match &self.rules {
+            RulesSource::ConfigMap(configmap) => Some(configmap),
+            _ => None,
+        }
+    }
+
     pub(crate) fn needs_cluster(&self) -> bool {
         matches!(self.rules, RulesSource::ConfigMap(_))
             || self.registration.is_some()

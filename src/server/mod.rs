@@ -87,7 +87,8 @@ impl Server {
                 app.rules.replace(rules);
             }
         }
-        if let (Some(registration), Some(client)) = (config.registration.clone(), &client) {
+        if let (Some(mut registration), Some(client)) = (config.registration.clone(), &client) {
+            registration.ownership_configmap = config.ownership_configmap().cloned();
             let inputs = Inputs {
                 rules: app.rules.clone(),
                 switch: switch_followed,
@@ -157,12 +158,7 @@ impl Server {
 
         let stop_accepting = shutdown::stop_accepting(self.app.clone(), shutdown, config.shutdown_delay);
         let limits = http::accept::AcceptLimits::of(&config.limits);
-        // The ownership ConfigMap's own check, where there is one to check.
-        let door = match &config.rules {
-            RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
-            _ => None,
-        };
-        let router = http::admission::router(self.app, door);
+        let router = http::admission::router(self.app, config.ownership_configmap().cloned());
         let open = http::accept::serve_tls(self.tls_listener, self.acceptor, router, limits, stop_accepting).await;
         shutdown::drain(open, config.shutdown_timeout).await;
         tasks.shutdown().await;

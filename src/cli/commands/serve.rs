@@ -71,11 +71,8 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
             namespace_selector: webhooks.webhook_namespace_selector,
             object_selector: webhooks.webhook_object_selector,
             resync: webhooks.webhook_resync,
-            // With the rules in a ConfigMap, that ConfigMap's writes are checked too.
-            ownership_configmap: match &rules {
-                RulesSource::ConfigMap(configmap) => Some(configmap.clone()),
-                _ => None,
-            },
+            // Server::bind sets it from the rules source.
+            ownership_configmap: None,
         }),
         _ => None,
     };

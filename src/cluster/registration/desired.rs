@@ -147,8 +147,9 @@ pub struct Registration {
     /// changed (repairs a hand edit or deletion).
     pub resync: Duration,
     /// Cluster mode: the ownership ConfigMap, whose writes get a webhook of
-    /// their own that refuses an invalid document
-    /// ([`crate::rules::admission`]).
+    /// their own that refuses an invalid document (`crate::rules::admission`).
+    /// `Server::bind` sets it from the rules source, the one place that
+    /// knows it, so that the webhook and its route never disagree.
     pub ownership_configmap: Option<ConfigMapRef>,
 }
 
