@@ -155,9 +155,16 @@ impl Release {
 
     /// `helm upgrade` with `values`.
     pub fn upgrade(&self, values: &str) {
+        self.upgrade_with(values, &[]);
+    }
+
+    /// `helm upgrade` with `values` and `extra` arguments (e.g. `--force`).
+    pub fn upgrade_with(&self, values: &str, extra: &[&str]) {
         let file = self.values(values);
         let chart = chart().display().to_string();
-        self.helm(&["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file]);
+        let mut args = vec!["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file];
+        args.extend_from_slice(extra);
+        self.helm(&args);
     }
 
     /// The installed Deployment's container arguments, on this machine
