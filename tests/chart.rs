@@ -951,6 +951,8 @@ async fn helm_install_upgrade_and_uninstall_drive_the_webhook_end_to_end() {
         )
     };
     let release = Release::new(home.path(), "sg", RELEASE_NAMESPACE, &cluster.kubeconfig);
+    // Uninstalled by hand below, as a user would; the guard is for a failure before that.
+    let _uninstall = release.uninstall_on_drop();
     release.install(&values(example));
 
     // Run the server as the chart's pod would: its arguments, its
@@ -1731,6 +1733,7 @@ async fn certificates_mode_can_be_switched_with_helm_upgrade() {
     integration_crds(&client).await;
     let home = tempfile::tempdir().unwrap();
     let release = Release::new(home.path(), "modes", "statusguard-modes", &cluster.kubeconfig);
+    let _uninstall = release.uninstall_on_drop();
     let mode = |mode: &str| format!("{}certificates: {{mode: {mode}}}\n", ownership());
     release.install(&mode("server"));
     for next in ["helm", "server", "certManager", "helm", "certManager", "server"] {
@@ -1739,5 +1742,4 @@ async fn certificates_mode_can_be_switched_with_helm_upgrade() {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "statusguard-modes");
     assert!(secrets.get_opt("modes-statusguard-tls").await.unwrap().is_some());
     assert!(secrets.get_opt("modes-statusguard-helm-tls").await.unwrap().is_none());
-    release.helm(&["uninstall", "modes", "-n", "statusguard-modes", "--no-hooks"]);
 }
