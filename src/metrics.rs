@@ -374,6 +374,47 @@ mod tests {
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
+    /// A violation is counted only with a decision, which nothing outside
+    /// the crate can record: this is the proof that the family the alerts
+    /// and the dashboard query (tests/chart.rs) is exported, with its labels.
+    #[test]
+    fn a_decision_with_a_violation_exports_the_violations_counter() {
+        use crate::admission::answer::read_and_decide;
+        use crate::admission::decide::Outcome;
+        use crate::ownership::Ownership;
+        use crate::test_support::{body, widget_status_review};
+        use serde_json::json;
+
+        let rules = Ownership::from_yaml(include_str!("../tests/fixtures/ownership.yaml")).unwrap();
+        // The scaler's stale write of the controller's observedGeneration.
+        let review = body(&widget_status_review(
+            "system:serviceaccount:platform:widget-scaler",
+            json!({"observedGeneration": 2, "replicas": 3}),
+            json!({"observedGeneration": 1, "replicas": 3}),
+        ));
+        let (_, decided) = read_and_decide(&rules, &review, Endpoint::Validate).unwrap();
+        let decision = decided.unwrap();
+        assert_eq!(decision.outcome, Outcome::Denied);
+        assert_eq!(decision.violations.len(), 1, "{:?}", decision.violations);
+
+        let metrics = Metrics::default();
+        assert!(
+            !metrics.encode().contains("statusguard_violations"),
+            "no series before a violation"
+        );
+        metrics.decision(Endpoint::Validate, &decision, Duration::from_millis(1));
+        let text = metrics.encode();
+        assert!(text.contains("# TYPE statusguard_violations counter\n"), "{text}");
+        assert_eq!(
+            value(
+                &metrics,
+                "statusguard_violations_total{group=\"example.com\",resource=\"widgets\",owner=\"system:serviceaccount:platform:widget-controller\",item=\"status.observedGeneration\"}"
+            ),
+            Some(1.0),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_failed_webhook_sync_leaves_what_is_registered_registered() {
         let metrics = Metrics::default();

@@ -24,38 +24,12 @@ use kube::api::{Api, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
-use support::chart::{Release, local_values};
+use support::chart::{Release, Uninstall, local_values};
 use support::scenario::Scenario;
 use support::webhook::{BinaryServer, free_port, metric, tls_connector};
 
 /// Held by each test for its whole run.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Uninstalls a release when dropped, even when its test failed: its
-/// cluster-wide `Fail` webhooks must not outlive the servers that answer them.
-struct Uninstall {
-    home: std::path::PathBuf,
-    release: &'static str,
-    namespace: &'static str,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl Drop for Uninstall {
-    fn drop(&mut self) {
-        // No hooks: the pre-delete Job has no kubelet to run it here.
-        let _ = support::chart::helm(&self.home)
-            .args([
-                "uninstall",
-                self.release,
-                "-n",
-                self.namespace,
-                "--no-hooks",
-                "--kubeconfig",
-            ])
-            .arg(&self.kubeconfig)
-            .output();
-    }
-}
 
 /// Installs the example document as `release` (name, namespace) with the
 /// webhook at `port` and the certificates `server` policy (a flow mapping);
@@ -74,13 +48,9 @@ fn install(
         &format!("certificates:\n  server: {server}\n"),
     );
     let installed = Release::new(home, name, namespace, &s.cluster.kubeconfig);
+    // Before the install, so that a half-done one is removed too.
+    let uninstall = installed.uninstall_on_drop();
     installed.install(&values);
-    let uninstall = Uninstall {
-        home: home.to_owned(),
-        release: name,
-        namespace,
-        kubeconfig: s.cluster.kubeconfig.clone(),
-    };
     (installed, uninstall)
 }
 

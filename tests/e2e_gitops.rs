@@ -21,7 +21,7 @@ use kube::api::Api;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
-use support::chart::{Release, chart, local_values};
+use support::chart::{Release, local_values};
 use support::scenario::Scenario;
 use support::webhook::{eventually, free_port};
 
@@ -115,9 +115,7 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
         })
     };
     watched.await.expect("the configuration is watched before the upgrade");
-    let file = release.values(&values);
-    let chart = chart().display().to_string();
-    release.helm(&["upgrade", RELEASE, &chart, "-n", NAMESPACE, "-f", &file, "--force"]);
+    release.upgrade_with(&values, &["--force"]);
     let repaired = tokio::time::timeout(Duration::from_secs(30), versions)
         .await
         .expect("the replacement and the repair are seen within 30 s")

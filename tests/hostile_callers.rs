@@ -145,7 +145,9 @@ async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real
     let pid = server.process.0.id();
 
     let huge = Arc::new(vec![b' '; 15 * MIB]);
-    // Just under the default body limit (8 MiB): decided whole.
+    // Just under the default body limit (8 MiB): read whole, its owned values
+    // projected until the review's value budget (32 MiB) stops them, and
+    // refused in the review (413 in an HTTP 200), not compared.
     let costly = Arc::new(forged_review(480_000));
     assert!(costly.len() < 8 * MIB && costly.len() > 7 * MIB, "{}", costly.len());
 

@@ -212,7 +212,7 @@ impl RetryPolicy {
 
     /// The waits between the writes of one flush, in order: one fewer
     /// than [`attempts`](Self::attempts), each at most [`MAX_RETRY_DELAY`].
-    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
+    pub(crate) fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
         let retries = usize::try_from(self.attempts.saturating_sub(1)).unwrap_or(usize::MAX);
         let jitter = self.jitter;
         ExponentialBuilder::new()

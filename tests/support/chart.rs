@@ -155,9 +155,30 @@ impl Release {
 
     /// `helm upgrade` with `values`.
     pub fn upgrade(&self, values: &str) {
+        self.upgrade_with(values, &[]);
+    }
+
+    /// `helm upgrade` with `values` and `extra` arguments (e.g. `--force`).
+    pub fn upgrade_with(&self, values: &str, extra: &[&str]) {
         let file = self.values(values);
         let chart = chart().display().to_string();
-        self.helm(&["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file]);
+        let mut args = vec!["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file];
+        args.extend_from_slice(extra);
+        self.helm(&args);
+    }
+
+    /// A guard that uninstalls the release (without hooks) when dropped,
+    /// even when its test failed: a release's cluster-wide `Fail` webhooks
+    /// must not outlive the servers that answer them, nor reach the other
+    /// tests of the binary, which share its control plane. Uninstalling a
+    /// release that is already gone does nothing.
+    pub fn uninstall_on_drop(&self) -> Uninstall {
+        Uninstall {
+            home: self.home.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+        }
     }
 
     /// The installed Deployment's container arguments, on this machine
@@ -204,6 +225,33 @@ impl Release {
             .unwrap();
         let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
         (output.status.success(), said)
+    }
+}
+
+/// Uninstalls a [`Release`] when dropped ([`Release::uninstall_on_drop`]).
+#[must_use = "the release is uninstalled when the guard is dropped"]
+pub struct Uninstall {
+    home: PathBuf,
+    name: String,
+    namespace: String,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        // No hooks: the pre-delete Job has no kubelet to run it here. Its
+        // output is not checked: a drop may run during a panic.
+        let _ = helm(&self.home)
+            .args([
+                "uninstall",
+                &self.name,
+                "-n",
+                &self.namespace,
+                "--no-hooks",
+                "--kubeconfig",
+            ])
+            .arg(&self.kubeconfig)
+            .output();
     }
 }
 
