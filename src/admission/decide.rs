@@ -325,8 +325,9 @@ pub(crate) fn find_violations(
 ) -> Vec<Violation> {
     // Only the items the two statuses hold are looked at, through the owner
     // index: the cost follows the review, not the number of writers.
-    // (writer, 0 for a field or 1 for a condition, position): document order.
-    let mut found: BTreeSet<(usize, u8, usize)> = BTreeSet::new();
+    // (writer, 0 for a field, 1 for a condition or 2 for keyed entries,
+    // position, position of the key value): document order.
+    let mut found: BTreeSet<(usize, u8, usize, usize)> = BTreeSet::new();
     let present: BTreeSet<&str> = [old_status, new_status]
         .into_iter()
         .filter_map(|status| status.and_then(Value::as_object))
@@ -342,14 +343,14 @@ pub(crate) fn find_violations(
         {
             let path = &rules.writers[w].fields[f];
             if rules.writers[w].username != writer && !same_value(path.get(old_status), path.get(new_status)) {
-                found.insert((w, 0, f));
+                found.insert((w, 0, f, 0));
             }
         }
     }
     // Items by type, once.
     let (old_by_type, new_by_type) = (
-        by_type(rules.conditions(old_status)),
-        by_type(rules.conditions(new_status)),
+        grouped(rules.conditions(old_status), condition_type),
+        grouped(rules.conditions(new_status), condition_type),
     );
     // Each type once: a type in both statuses is compared once, not twice.
     let types_only_new = new_by_type.keys().filter(|ty| !old_by_type.contains_key(*ty));
@@ -360,17 +361,46 @@ pub(crate) fn find_violations(
         let owner = &rules.writers[w];
         if owner.username != writer && !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty)) {
             let position = owner.conditions.iter().position(|c| c == ty).unwrap_or_default();
-            found.insert((w, 1, position));
+            found.insert((w, 1, position, 0));
+        }
+    }
+    // Keyed entries, the same way: by key value, each value once, entries
+    // of one value a multiset. A key changed from V to W changes both groups.
+    for (l, list) in rules.lists.iter().enumerate() {
+        let Some(owners) = rules.owners.by_entry_key.get(l).filter(|o| !o.is_empty()) else {
+            continue;
+        };
+        let (old_by_key, new_by_key) = (
+            grouped(list.entries(old_status), |entry| list.key_of(entry)),
+            grouped(list.entries(new_status), |entry| list.key_of(entry)),
+        );
+        let keys_only_new = new_by_key.keys().filter(|v| !old_by_key.contains_key(*v));
+        for value in old_by_key.keys().chain(keys_only_new) {
+            let Some(&(w, v)) = owners.get(*value) else {
+                continue;
+            };
+            if rules.writers[w].username != writer
+                && !same_items(of_type(&old_by_key, value), of_type(&new_by_key, value))
+            {
+                found.insert((w, 2, l, v));
+            }
         }
     }
     found
         .into_iter()
-        .map(|(w, kind, i)| {
+        .map(|(w, kind, i, v)| {
             let owner = &rules.writers[w];
-            let item = if kind == 0 {
-                Item::Field(owner.fields[i].clone())
-            } else {
-                Item::Condition(owner.conditions[i].clone())
+            let item = match kind {
+                0 => Item::Field(owner.fields[i].clone()),
+                1 => Item::Condition(owner.conditions[i].clone()),
+                _ => {
+                    let list = &rules.lists[i];
+                    Item::Entry {
+                        list: list.path.clone(),
+                        key: list.key.clone(),
+                        value: owner.entries_of(&list.path)[v].clone(),
+                    }
+                }
             };
             Violation {
                 item,
@@ -384,10 +414,12 @@ fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'
     map.get(ty).map(Vec::as_slice).unwrap_or_default()
 }
 
-fn by_type(list: &[Value]) -> BTreeMap<&str, Vec<&Value>> {
+/// The items of a list by their key (a condition's type, an entry's key
+/// value); items without one are nobody's and left out.
+fn grouped<'v>(list: &'v [Value], key_of: impl Fn(&'v Value) -> Option<&'v str>) -> BTreeMap<&'v str, Vec<&'v Value>> {
     let mut map: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for item in list {
-        if let Some(ty) = condition_type(item) {
+        if let Some(ty) = key_of(item) {
             map.entry(ty).or_default().push(item);
         }
     }
