@@ -103,7 +103,8 @@ pub fn entry(u: &mut Unstructured<'_>) -> Result<Value> {
             item.insert("controllerName".into(), json!(ENTRY_KEYS[u.int_in_range(0..=ENTRY_KEYS.len() - 1)?]));
         }
     }
-    item.insert("parentRef".into(), json!({"name": ["a", "b"][u.int_in_range(0..=1)?]}));
+    let gateway = ["a", "b"][u.int_in_range(0..=1)?];
+    item.insert("parentRef".into(), json!({ "name": gateway }));
     if u.arbitrary()? {
         item.insert("conditions".into(), Value::Array(vec![condition(u)?]));
     }
