@@ -10,9 +10,29 @@ use statusguard::ownership::Ownership;
 
 pub mod member_order;
 
-/// The shared fixture of the tests, in `mode`.
+/// The key values of `status.parents` entries: two owned (by the controller
+/// and by the scaler), one nobody's; with `=`, `,`, `;`, `:` and `'` as a
+/// Gateway API controllerName may hold them.
+pub const ENTRY_KEYS: [&str; 3] = ["ctl.example/a=b;c", "scaler.example/x,y:'z'", "free.example/q"];
+
+/// The shared fixture of the tests, in `mode`, with Widgets' `status.parents`
+/// a keyed list (by `controllerName`) whose entries the controller and the
+/// scaler own.
 pub fn rules(mode: &str) -> Ownership {
-    let text = include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}"));
+    let text = include_str!("../../tests/fixtures/ownership.yaml")
+        .replace("mode: enforce", &format!("mode: {mode}"))
+        .replace(
+            "    resource: widgets\n",
+            "    resource: widgets\n    lists:\n      - {path: parents, key: controllerName}\n",
+        )
+        .replace(
+            "        conditions: [Ready, Progressing]\n",
+            &format!("        conditions: [Ready, Progressing]\n        entries: {{parents: [{:?}]}}\n", ENTRY_KEYS[0]),
+        )
+        .replace(
+            "        conditions: [Scaled]\n",
+            &format!("        conditions: [Scaled]\n        entries: {{parents: [{:?}]}}\n", ENTRY_KEYS[1]),
+        );
     match Ownership::from_yaml(&text) {
         Ok(rules) => rules,
         Err(e) => panic!("the fixture is valid: {e}"),
@@ -72,7 +92,29 @@ pub fn condition(u: &mut Unstructured<'_>) -> Result<Value> {
     Ok(Value::Object(item))
 }
 
-/// A status: top-level keys over the fixture's names, maybe a conditions list.
+/// An entry of the keyed list: a key value of [`ENTRY_KEYS`] (or none, or
+/// not a string) and a member or two.
+pub fn entry(u: &mut Unstructured<'_>) -> Result<Value> {
+    let mut item = Map::new();
+    match u.int_in_range(0..=9)? {
+        0 => {}
+        1 => {
+            item.insert("controllerName".into(), value(u, 1)?);
+        }
+        _ => {
+            item.insert("controllerName".into(), json!(ENTRY_KEYS[u.int_in_range(0..=ENTRY_KEYS.len() - 1)?]));
+        }
+    }
+    let gateway = ["a", "b"][u.int_in_range(0..=1)?];
+    item.insert("parentRef".into(), json!({ "name": gateway }));
+    if u.arbitrary()? {
+        item.insert("conditions".into(), Value::Array(vec![condition(u)?]));
+    }
+    Ok(Value::Object(item))
+}
+
+/// A status: top-level keys over the fixture's names, maybe a conditions
+/// list, maybe a keyed list.
 pub fn status(u: &mut Unstructured<'_>) -> Result<Value> {
     if u.int_in_range(0..=15)? == 0 {
         return value(u, 1);
@@ -87,6 +129,13 @@ pub fn status(u: &mut Unstructured<'_>) -> Result<Value> {
             list.push(condition(u)?);
         }
         map.insert("conditions".into(), Value::Array(list));
+    }
+    if u.arbitrary()? {
+        let mut list = Vec::new();
+        for _ in 0..u.int_in_range(0..=4)? {
+            list.push(entry(u)?);
+        }
+        map.insert("parents".into(), Value::Array(list));
     }
     Ok(Value::Object(map))
 }

@@ -52,7 +52,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
     {
         for (key, value) in new_map {
             let owned_elsewhere = others.iter().any(|w| w.fields.iter().any(|f| f.segments()[0] == *key));
-            if key != "conditions" && !owned_elsewhere {
+            if key != "conditions" && key != "parents" && !owned_elsewhere {
                 assert_eq!(trimmed.get(key), Some(value), "{key}");
             }
         }
@@ -67,6 +67,20 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
                 .unwrap_or_default()
         };
         assert_eq!(mine(trimmed.get("conditions")), mine(new_map.get("conditions")));
+        // And every entry of the keyed list keyed by a value no other writer
+        // owns, in the order written (a restore only appends the others').
+        let parents = widgets.lists.first().expect("the keyed list");
+        let entries_mine = |list: Option<&Value>| -> Vec<Value> {
+            list.and_then(Value::as_array)
+                .map(|l| {
+                    l.iter()
+                        .filter(|e| !others.iter().any(|w| parents.key_of(e).is_some_and(|k| w.entries_of(&parents.path).iter().any(|v| v == k))))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(entries_mine(trimmed.get("parents")), entries_mine(new_map.get("parents")));
     }
     Ok(())
 }

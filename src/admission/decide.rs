@@ -12,7 +12,7 @@
 //! every depth inside an owned value, numbers compare exactly, a condition
 //! type by its list items in any order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
@@ -20,8 +20,9 @@ use serde_json::Value;
 
 use super::trim::restoring_patch;
 use super::wire::RequestHead;
-use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation, condition_type, same_value, write_canonical};
+use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation, condition_type, same_value};
 use crate::value_budget::REVIEW_VALUE_BUDGET;
+use compare::{grouped, of_type, same_items};
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -325,8 +326,9 @@ pub(crate) fn find_violations(
 ) -> Vec<Violation> {
     // Only the items the two statuses hold are looked at, through the owner
     // index: the cost follows the review, not the number of writers.
-    // (writer, 0 for a field or 1 for a condition, position): document order.
-    let mut found: BTreeSet<(usize, u8, usize)> = BTreeSet::new();
+    // (writer, 0 for a field, 1 for a condition or 2 for keyed entries,
+    // position, position of the key value): document order.
+    let mut found: BTreeSet<(usize, u8, usize, usize)> = BTreeSet::new();
     let present: BTreeSet<&str> = [old_status, new_status]
         .into_iter()
         .filter_map(|status| status.and_then(Value::as_object))
@@ -342,14 +344,14 @@ pub(crate) fn find_violations(
         {
             let path = &rules.writers[w].fields[f];
             if rules.writers[w].username != writer && !same_value(path.get(old_status), path.get(new_status)) {
-                found.insert((w, 0, f));
+                found.insert((w, 0, f, 0));
             }
         }
     }
     // Items by type, once.
     let (old_by_type, new_by_type) = (
-        by_type(rules.conditions(old_status)),
-        by_type(rules.conditions(new_status)),
+        grouped(rules.conditions(old_status), condition_type),
+        grouped(rules.conditions(new_status), condition_type),
     );
     // Each type once: a type in both statuses is compared once, not twice.
     let types_only_new = new_by_type.keys().filter(|ty| !old_by_type.contains_key(*ty));
@@ -360,17 +362,46 @@ pub(crate) fn find_violations(
         let owner = &rules.writers[w];
         if owner.username != writer && !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty)) {
             let position = owner.conditions.iter().position(|c| c == ty).unwrap_or_default();
-            found.insert((w, 1, position));
+            found.insert((w, 1, position, 0));
+        }
+    }
+    // Keyed entries, the same way: by key value, each value once, entries
+    // of one value a multiset. A key changed from V to W changes both groups.
+    for (l, list) in rules.lists.iter().enumerate() {
+        let Some(owners) = rules.owners.by_entry_key.get(l).filter(|o| !o.is_empty()) else {
+            continue;
+        };
+        let (old_by_key, new_by_key) = (
+            grouped(list.entries(old_status), |entry| list.key_of(entry)),
+            grouped(list.entries(new_status), |entry| list.key_of(entry)),
+        );
+        let keys_only_new = new_by_key.keys().filter(|v| !old_by_key.contains_key(*v));
+        for value in old_by_key.keys().chain(keys_only_new) {
+            let Some(&(w, v)) = owners.get(*value) else {
+                continue;
+            };
+            if rules.writers[w].username != writer
+                && !same_items(of_type(&old_by_key, value), of_type(&new_by_key, value))
+            {
+                found.insert((w, 2, l, v));
+            }
         }
     }
     found
         .into_iter()
-        .map(|(w, kind, i)| {
+        .map(|(w, kind, i, v)| {
             let owner = &rules.writers[w];
-            let item = if kind == 0 {
-                Item::Field(owner.fields[i].clone())
-            } else {
-                Item::Condition(owner.conditions[i].clone())
+            let item = match kind {
+                0 => Item::Field(owner.fields[i].clone()),
+                1 => Item::Condition(owner.conditions[i].clone()),
+                _ => {
+                    let list = &rules.lists[i];
+                    Item::Entry {
+                        list: list.path.clone(),
+                        key: list.key.clone(),
+                        value: owner.entries_of(&list.path)[v].clone(),
+                    }
+                }
             };
             Violation {
                 item,
@@ -378,64 +409,6 @@ pub(crate) fn find_violations(
             }
         })
         .collect()
-}
-
-fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'v Value] {
-    map.get(ty).map(Vec::as_slice).unwrap_or_default()
-}
-
-fn by_type(list: &[Value]) -> BTreeMap<&str, Vec<&Value>> {
-    let mut map: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
-    for item in list {
-        if let Some(ty) = condition_type(item) {
-            map.entry(ty).or_default().push(item);
-        }
-    }
-    map
-}
-
-/// Equal as multisets under [`same_value`]: the order of the conditions
-/// list does not matter, and a type may have several items (a CRD without
-/// `listType: map` stores duplicates).
-///
-/// The same items in the same order (the common case) are seen in one walk.
-/// Otherwise each item's canonical form is written and the sorted forms are
-/// compared: `n log n` in the items and linear in their bytes, where
-/// matching item against item would be quadratic (10,000 reordered items
-/// took 11 s that way).
-fn same_items(a: &[&Value], b: &[&Value]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    if a.iter().zip(b).all(|(x, y)| same_value(Some(x), Some(y))) {
-        return true;
-    }
-    if a.len() == 1 {
-        return false;
-    }
-    let (mut a_bytes, mut b_bytes) = (Vec::new(), Vec::new());
-    sorted_forms(a, &mut a_bytes) == sorted_forms(b, &mut b_bytes)
-}
-
-/// The canonical forms of `items` (see [`write_canonical`]), written into
-/// one buffer, sorted.
-fn sorted_forms<'f>(items: &[&Value], bytes: &'f mut Vec<u8>) -> Vec<&'f [u8]> {
-    let mut ends = Vec::with_capacity(items.len());
-    for item in items {
-        write_canonical(item, bytes);
-        ends.push(bytes.len());
-    }
-    let bytes: &'f [u8] = bytes;
-    let mut forms: Vec<&[u8]> = ends
-        .iter()
-        .scan(0, |start, &end| {
-            let form = &bytes[*start..end];
-            *start = end;
-            Some(form)
-        })
-        .collect();
-    forms.sort_unstable();
-    forms
 }
 
 fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation]) -> AdmissionResponse {
@@ -471,5 +444,6 @@ fn warning(verb: &str, violation: &Violation) -> String {
     }
 }
 
+mod compare;
 #[cfg(test)]
 mod tests;

@@ -461,6 +461,7 @@ impl Observer {
             let (map, key) = match item {
                 Item::Field(path) => (&mut record.fields, path.to_string()),
                 Item::Condition(ty) => (&mut record.conditions, ty.clone()),
+                Item::Entry { .. } => (&mut record.fields, item.to_string()),
             };
             let key = cut_name(&key).into_owned();
             let key = if map.contains_key(&key) || !full && Self::admit(bytes, *max_bytes, key.len() + ENTRY_BYTES) {

@@ -28,28 +28,72 @@ pub(crate) fn restoring_patch(
     let mut work = Value::Object(serde_json::Map::from_iter([("status".to_owned(), status)]));
     let mut ops = Vec::new();
     let mut violated_types = BTreeSet::new();
+    // By position in `rules.lists`: the violated key values.
+    let mut violated_keys: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
     for violation in violations {
         match &violation.item {
             Item::Field(path) => restore(&mut work, path, path.get(old_status), &mut ops)?,
             Item::Condition(ty) => {
                 violated_types.insert(ty.as_str());
             }
+            Item::Entry { list, value, .. } => {
+                if let Some(l) = rules.lists.iter().position(|l| &l.path == list) {
+                    violated_keys.entry(l).or_default().insert(value.as_str());
+                }
+            }
         }
     }
-    if violated_types.is_empty() {
-        return Ok(Patch(ops));
+    if !violated_types.is_empty() {
+        restore_list(
+            &mut work,
+            &rules.conditions_path,
+            old_status,
+            &violated_types,
+            condition_type,
+            &mut ops,
+        )?;
     }
-    let old_list = rules.conditions_path.get(old_status);
-    let current_list = rules.conditions_path.get(work.get("status")).and_then(Value::as_array);
-    let current = rules.conditions(work.get("status"));
-    let restore_list = ListRestore::of(current, rules.conditions(old_status), &violated_types);
+    for (l, violated) in violated_keys {
+        let list = &rules.lists[l];
+        restore_list(
+            &mut work,
+            &list.path,
+            old_status,
+            &violated,
+            |entry| list.key_of(entry),
+            &mut ops,
+        )?;
+    }
+    Ok(Patch(ops))
+}
+
+/// Appends the operations that put back, in the list at `list_path` of
+/// `work`, every item whose key (`key_of`) is violated, as `old_status`
+/// holds them. The one restore of a list, for conditions (keyed by type)
+/// and keyed entries alike.
+fn restore_list<'v>(
+    work: &mut Value,
+    list_path: &FieldPath,
+    old_status: Option<&'v Value>,
+    violated: &BTreeSet<&str>,
+    key_of: impl Fn(&Value) -> Option<&str>,
+    ops: &mut Vec<PatchOperation>,
+) -> Result<(), PatchError> {
+    let old_list = list_path.get(old_status);
+    let old_items: &'v [Value] = old_list
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let current_list = list_path.get(work.get("status")).and_then(Value::as_array);
+    let current = current_list.map(Vec::as_slice).unwrap_or_default();
+    let restore_list = ListRestore::of(current, old_items, violated, &key_of);
     match current_list {
         // An item at a time where the list is there to patch and stays a
         // list: the patch holds only the restored items. They are not
         // applied to `work`, which nothing reads after them: each removal
         // would shift the rest of the list, quadratic in a long one.
         Some(list) if restore_list.len_after(list.len()) > 0 || old_list.is_some() => {
-            ops.extend(restore_list.operations(&rules.conditions_path));
+            ops.extend(restore_list.operations(list_path));
         }
         // Otherwise the list is written whole (or removed, where it was
         // absent before and would be left empty).
@@ -57,11 +101,11 @@ pub(crate) fn restoring_patch(
             if !restore_list.is_empty() {
                 let restored = restore_list.applied_to(current);
                 let value = (!restored.is_empty() || old_list.is_some()).then_some(Value::Array(restored));
-                restore(&mut work, &rules.conditions_path, value.as_ref(), &mut ops)?;
+                restore(work, list_path, value.as_ref(), ops)?;
             }
         }
     }
-    Ok(Patch(ops))
+    Ok(())
 }
 
 /// What restoring the violated types does to a conditions list, item by
@@ -77,16 +121,21 @@ struct ListRestore<'v> {
 }
 
 impl<'v> ListRestore<'v> {
-    fn of(new: &[Value], old: &'v [Value], violated: &BTreeSet<&str>) -> Self {
+    fn of(
+        new: &[Value],
+        old: &'v [Value],
+        violated: &BTreeSet<&str>,
+        key_of: &impl Fn(&Value) -> Option<&str>,
+    ) -> Self {
         let mut old_by_type: BTreeMap<&str, VecDeque<&Value>> = BTreeMap::new();
         for item in old {
-            if let Some(ty) = condition_type(item).filter(|t| violated.contains(t)) {
+            if let Some(ty) = key_of(item).filter(|t| violated.contains(t)) {
                 old_by_type.entry(ty).or_default().push_back(item);
             }
         }
         let (mut replaced, mut removed) = (Vec::new(), Vec::new());
         for (index, item) in new.iter().enumerate() {
-            let Some(ty) = condition_type(item).filter(|t| violated.contains(t)) else {
+            let Some(ty) = key_of(item).filter(|t| violated.contains(t)) else {
                 continue;
             };
             match old_by_type.get_mut(ty).and_then(VecDeque::pop_front) {
@@ -203,7 +252,7 @@ mod tests {
             item("Ready", "extra"),
         ];
         let violated: BTreeSet<&str> = ["Ready", "Added", "Gone"].into();
-        let restore = ListRestore::of(&new, &old, &violated);
+        let restore = ListRestore::of(&new, &old, &violated, &condition_type);
         let path = FieldPath::parse("conditions").unwrap();
         let mut object = json!({"status": {"conditions": new.clone()}});
         let ops: Vec<PatchOperation> = restore.operations(&path).collect();

@@ -188,6 +188,14 @@ fn violation_bytes(violation: &Violation) -> usize {
     let item = match &violation.item {
         Item::Field(path) => path.segments().iter().map(|s| s.len() + size_of::<String>()).sum(),
         Item::Condition(ty) => ty.len(),
+        Item::Entry { list, key, value } => {
+            list.segments()
+                .iter()
+                .map(|s| s.len() + size_of::<String>())
+                .sum::<usize>()
+                + key.len()
+                + value.len()
+        }
     };
     size_of::<Violation>() + violation.owner.len() + item
 }

@@ -1,14 +1,14 @@
 //! The document as written, and its compilation into rules: every check a
 //! document passes before it becomes [`Ownership`], each problem named.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
 use super::{
-    API_VERSION, FailurePolicy, FieldPath, KIND, Mode, OwnerIndex, Ownership, OwnershipError, PathTree, ResourceRules,
-    SYSTEM_RESOURCES, WriterRules, drop_nested, service_account_username,
+    API_VERSION, FailurePolicy, FieldPath, KIND, KeyedList, Mode, OwnerIndex, Ownership, OwnershipError, PathTree,
+    ResourceRules, SYSTEM_RESOURCES, WriterRules, drop_nested, service_account_username,
 };
 
 #[derive(Debug, Deserialize)]
@@ -46,7 +46,16 @@ struct ResourceDoc {
     failure_policy: Option<FailurePolicy>,
     timeout_seconds: Option<i32>,
     #[serde(default)]
+    lists: Vec<ListDoc>,
+    #[serde(default)]
     writers: Vec<WriterDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListDoc {
+    path: String,
+    key: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +67,9 @@ struct WriterDoc {
     fields: Vec<String>,
     #[serde(default)]
     conditions: Vec<String>,
+    /// By keyed list path (as written in `lists`), the key values owned.
+    #[serde(default)]
+    entries: BTreeMap<String, Vec<String>>,
 }
 
 pub(super) fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
@@ -159,9 +171,10 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     let conditions_path = FieldPath::parse(conditions_text)
         .map_err(|e| problems.push(format!("{at}: conditions: {e}")))
         .ok();
+    let lists = compile_lists(r.lists, conditions_path.as_ref(), at, problems);
     let mut writers: Vec<WriterRules> = Vec::new();
     for (j, w) in r.writers.into_iter().enumerate() {
-        if let Some(writer) = compile_writer(w, at, j, conditions_path.as_ref(), problems) {
+        if let Some(writer) = compile_writer(w, at, j, conditions_path.as_ref(), &lists, problems) {
             if writers.iter().any(|other| other.username == writer.username) {
                 problems.push(format!("{at} writer {}: appears twice", writer.username));
             } else {
@@ -172,11 +185,14 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     check_single_owners(&writers, at, problems);
     let conditions_path = conditions_path?;
     let read_paths = PathTree::with_conditions(
-        writers.iter().flat_map(|w| &w.fields),
+        writers
+            .iter()
+            .flat_map(|w| &w.fields)
+            .chain(lists.iter().map(|l| &l.path)),
         &conditions_path,
         writers.iter().flat_map(|w| w.conditions.iter().cloned()),
     );
-    let owners = OwnerIndex::of(&writers);
+    let owners = OwnerIndex::of(&lists, &writers);
     Some(ResourceRules {
         group: r.group,
         resource: r.resource,
@@ -185,10 +201,57 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
         failure_policy: r.failure_policy,
         timeout_seconds: r.timeout_seconds,
         conditions_path,
+        lists,
         writers,
         read_paths,
         owners,
     })
+}
+
+/// The keyed lists of a resource: each a valid path that overlaps neither
+/// the conditions list nor another list, with a non-empty key member. A list
+/// with a problem is noted and left out.
+fn compile_lists(
+    lists: Vec<ListDoc>,
+    conditions_path: Option<&FieldPath>,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Vec<KeyedList> {
+    let mut compiled: Vec<(usize, KeyedList)> = Vec::new();
+    for (i, list) in lists.into_iter().enumerate() {
+        let list_at = format!("{at} lists[{i}]");
+        let path = match FieldPath::parse(&list.path) {
+            Ok(path) => path,
+            Err(e) => {
+                problems.push(format!("{list_at}: path: {e}"));
+                continue;
+            }
+        };
+        let mut valid = true;
+        if list.key.is_empty() {
+            problems.push(format!(
+                "{list_at}: key is empty; name the member of each entry that says whose it is"
+            ));
+            valid = false;
+        }
+        if let Some(conditions) = conditions_path.filter(|c| path.overlaps(c)) {
+            problems.push(format!(
+                "{list_at}: path {path} overlaps the conditions list at status.{conditions}"
+            ));
+            valid = false;
+        }
+        if let Some((j, other)) = compiled.iter().find(|(_, other)| path.overlaps(&other.path)) {
+            problems.push(format!(
+                "{list_at}: path {path} overlaps lists[{j}] at status.{}; a list is declared once",
+                other.path
+            ));
+            valid = false;
+        }
+        if valid {
+            compiled.push((i, KeyedList { path, key: list.key }));
+        }
+    }
+    compiled.into_iter().map(|(_, list)| list).collect()
 }
 
 /// The document's `version`, if it is one the API server can serve: a
@@ -213,6 +276,7 @@ fn compile_writer(
     at: &str,
     index: usize,
     conditions_path: Option<&FieldPath>,
+    lists: &[KeyedList],
     problems: &mut Vec<String>,
 ) -> Option<WriterRules> {
     let entry_at = format!("{at} writers[{index}]");
@@ -246,6 +310,9 @@ fn compile_writer(
                 "{writer_at}: field {text:?} overlaps the conditions list at status.{}; own condition types instead",
                 conditions_path.map(ToString::to_string).unwrap_or_default()
             )),
+            Ok(path) if lists.iter().any(|l| path.overlaps(&l.path)) => problems.push(format!(
+                "{writer_at}: field {text:?} overlaps a keyed list (lists:); own its entries instead"
+            )),
             Ok(path) => fields.push(path),
             Err(e) => problems.push(format!("{writer_at}: field: {e}")),
         }
@@ -259,11 +326,53 @@ fn compile_writer(
         }
     }
     conditions.sort();
+    let entries = compile_entries(w.entries, lists, &writer_at, problems);
     Some(WriterRules {
         username,
         fields: drop_nested(fields),
         conditions,
+        entries,
     })
+}
+
+/// A writer's `entries`: each names a declared list and holds non-empty,
+/// distinct key values (opaque strings: any character is allowed).
+fn compile_entries(
+    entries: BTreeMap<String, Vec<String>>,
+    lists: &[KeyedList],
+    writer_at: &str,
+    problems: &mut Vec<String>,
+) -> BTreeMap<FieldPath, Vec<String>> {
+    let mut compiled = BTreeMap::new();
+    for (text, values) in entries {
+        let Some(list) = FieldPath::parse(&text)
+            .ok()
+            .and_then(|path| lists.iter().find(|l| l.path == path))
+        else {
+            let declared: Vec<String> = lists.iter().map(|l| l.path.to_string()).collect();
+            problems.push(format!(
+                "{writer_at}: entries: {text:?} is not a list declared in lists: (declared: [{}])",
+                declared.join(", ")
+            ));
+            continue;
+        };
+        let mut kept: Vec<String> = Vec::with_capacity(values.len());
+        for (k, value) in values.into_iter().enumerate() {
+            if value.is_empty() {
+                problems.push(format!("{writer_at}: entries.{text}[{k}]: empty key value"));
+            } else if kept.contains(&value) {
+                problems.push(format!(
+                    "{writer_at}: entries.{text}[{k}]: {} is listed twice",
+                    serde_json::Value::from(value)
+                ));
+            } else {
+                kept.push(value);
+            }
+        }
+        kept.sort();
+        compiled.insert(list.path.clone(), kept);
+    }
+    compiled
 }
 
 /// Every field and condition type has at most one owner among the writers.
@@ -283,6 +392,16 @@ fn check_single_owners(writers: &[WriterRules], at: &str, problems: &mut Vec<Str
                     "{at}: condition type {c} is declared by both {} and {}",
                     first.username, second.username
                 ));
+            }
+            for (list, values) in &first.entries {
+                for value in values.iter().filter(|v| second.entries_of(list).contains(v)) {
+                    problems.push(format!(
+                        "{at}: the entries of status.{list} keyed {} are declared by both {} and {}; a key value has one owner per list",
+                        serde_json::Value::from(value.as_str()),
+                        first.username,
+                        second.username
+                    ));
+                }
             }
         }
     }

@@ -11,6 +11,16 @@ pub enum Item {
     Field(FieldPath),
     /// A condition type.
     Condition(String),
+    /// The entries of a keyed list whose member `key` has the string value
+    /// `value`: all of them together are one item.
+    Entry {
+        /// The list's path below `.status`.
+        list: FieldPath,
+        /// The member of each entry that names its owner.
+        key: String,
+        /// The owner's key value (opaque: any character may appear).
+        value: String,
+    },
 }
 
 impl fmt::Display for Item {
@@ -18,6 +28,11 @@ impl fmt::Display for Item {
         match self {
             Item::Field(path) => write!(f, "status.{path}"),
             Item::Condition(ty) => write!(f, "condition {ty}"),
+            // The value as a JSON string: a controllerName may hold `=`, `,`,
+            // `;`, `:`, `'` or `]`, and quoted it can never be misread.
+            Item::Entry { list, key, value } => {
+                write!(f, "status.{list}[{key}={}]", serde_json::Value::from(value.as_str()))
+            }
         }
     }
 }

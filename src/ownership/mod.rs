@@ -10,7 +10,7 @@ mod document;
 mod item;
 mod path;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::Deserialize;
@@ -132,9 +132,13 @@ pub struct ResourceRules {
     pub timeout_seconds: Option<i32>,
     /// Where the conditions list lives below `.status`.
     pub conditions_path: FieldPath,
+    /// The keyed lists, in document order: lists whose entries belong to
+    /// the writer that declares the value of their key member.
+    pub lists: Vec<KeyedList>,
     /// The writers in document order.
     pub writers: Vec<WriterRules>,
-    /// Every status path the decision reads: the owned fields and the conditions list.
+    /// Every status path the decision reads: the owned fields, the conditions
+    /// list and the keyed lists (read whole).
     pub(crate) read_paths: PathTree,
     /// Who owns what, by the first segment of a field and by condition type:
     /// a review is checked for the items it holds, whatever the number of writers.
@@ -147,11 +151,28 @@ pub struct ResourceRules {
 pub(crate) struct OwnerIndex {
     pub(crate) fields_by_key: HashMap<String, Vec<(usize, usize)>>,
     pub(crate) by_condition_type: HashMap<String, usize>,
+    /// Per keyed list (by position in [`ResourceRules::lists`]): key value ->
+    /// (writer, position of the value in the writer's entries of that list).
+    pub(crate) by_entry_key: Vec<HashMap<String, (usize, usize)>>,
 }
 
 impl OwnerIndex {
-    fn of(writers: &[WriterRules]) -> Self {
-        let mut index = Self::default();
+    fn of(lists: &[KeyedList], writers: &[WriterRules]) -> Self {
+        let mut index = Self {
+            by_entry_key: lists
+                .iter()
+                .map(|list| {
+                    let mut owners = HashMap::new();
+                    for (w, writer) in writers.iter().enumerate() {
+                        for (v, value) in writer.entries_of(&list.path).iter().enumerate() {
+                            owners.insert(value.clone(), (w, v));
+                        }
+                    }
+                    owners
+                })
+                .collect(),
+            ..Self::default()
+        };
         for (w, writer) in writers.iter().enumerate() {
             for (f, field) in writer.fields.iter().enumerate() {
                 if let Some(first) = field.segments().first() {
@@ -175,6 +196,43 @@ pub struct WriterRules {
     pub fields: Vec<FieldPath>,
     /// Owned condition types, sorted and unique.
     pub conditions: Vec<String>,
+    /// Owned entries: by keyed list path, the key values (sorted, unique)
+    /// whose entries this writer owns.
+    pub entries: BTreeMap<FieldPath, Vec<String>>,
+}
+
+impl WriterRules {
+    /// The key values this writer owns in the keyed list at `list`.
+    pub fn entries_of(&self, list: &FieldPath) -> &[String] {
+        self.entries.get(list).map(Vec::as_slice).unwrap_or_default()
+    }
+}
+
+/// A list below `.status` whose entries each name their owner in one member
+/// (Gateway API's `status.parents`, keyed by `controllerName`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedList {
+    /// Where the list lives below `.status`.
+    pub path: FieldPath,
+    /// The member of each entry whose string value names the entry's owner.
+    pub key: String,
+}
+
+impl KeyedList {
+    /// The key value of an entry: its `key` member, when that is a string.
+    /// An entry without one belongs to no writer.
+    pub fn key_of<'v>(&self, entry: &'v serde_json::Value) -> Option<&'v str> {
+        entry.get(&self.key).and_then(serde_json::Value::as_str)
+    }
+
+    /// The list in a status; anything that is not a list counts as empty.
+    pub fn entries<'a>(&self, status: Option<&'a serde_json::Value>) -> &'a [serde_json::Value] {
+        self.path
+            .get(status)
+            .and_then(serde_json::Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
 }
 
 /// A resource by API group and plural name, written `group/resource`

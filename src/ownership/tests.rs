@@ -419,3 +419,91 @@ fn paths_with_slash_and_tilde_are_accepted() {
     let path = &rules.resource("a", "x").unwrap().writers[0].fields[0];
     assert_eq!(path.status_pointer().as_str(), "/status/a~1b/c~0d");
 }
+
+// ---- keyed lists ----------------------------------------------------------
+
+const ENVOY: &str = "gateway.envoyproxy.io/gatewayclass-controller";
+const ISTIO: &str = "istio.io/gateway-controller";
+
+/// The issue's document: HTTPRoute `parents` keyed by `controllerName`.
+fn routes(extra_list: &str, envoy_entries: &str, istio_entries: &str) -> String {
+    doc(&format!(
+        "  - group: gateway.networking.k8s.io
+    resource: httproutes
+    lists:
+      - path: parents
+        key: controllerName
+{extra_list}    writers:
+      - serviceAccount: envoy-gateway-system/envoy-gateway
+        entries:
+{envoy_entries}      - serviceAccount: istio-system/istiod
+        entries:
+{istio_entries}"
+    ))
+}
+
+#[test]
+fn a_keyed_list_and_its_writers_entries_compile() {
+    let text = routes(
+        "",
+        &format!("          parents: [{ENVOY}]\n"),
+        &format!("          parents: [\"{ISTIO}\", \"odd=a,b;c:d'e\"]\n"),
+    );
+    let rules = Ownership::from_yaml(&text).unwrap();
+    let r = rules.resource("gateway.networking.k8s.io", "httproutes").unwrap();
+    assert_eq!(r.lists.len(), 1);
+    assert_eq!(r.lists[0].path.to_string(), "parents");
+    assert_eq!(r.lists[0].key, "controllerName");
+    let parents = FieldPath::parse("parents").unwrap();
+    let istiod = r.writer("system:serviceaccount:istio-system:istiod").unwrap();
+    assert_eq!(istiod.entries_of(&parents), [ISTIO, "odd=a,b;c:d'e"]);
+    assert_eq!(r.owners.by_entry_key[0].get(ENVOY), Some(&(0, 0)));
+    assert_eq!(r.owners.by_entry_key[0].get("odd=a,b;c:d'e"), Some(&(1, 1)));
+    // The list is read whole.
+    assert!(r.read_paths.child("parents").is_some_and(PathTree::is_whole));
+}
+
+#[test]
+fn keyed_list_problems_are_each_named_with_where_they_are() {
+    let text = routes(
+        "      - path: parents.inner\n        key: x\n      - path: conditions\n        key: type\n      - path: a..b\n        key: k\n      - path: other\n        key: \"\"\n",
+        &format!("          parents: [{ISTIO}, \"\", {ISTIO}]\n          nowhere: [x]\n"),
+        &format!("          parents: [{ISTIO}]\n"),
+    );
+    let problems = problems(&text);
+    let at = "resources[0] (gateway.networking.k8s.io/httproutes)";
+    let envoy = format!("{at} writer system:serviceaccount:envoy-gateway-system:envoy-gateway");
+    for expected in [
+        format!("{at} lists[1]: path parents.inner overlaps lists[0] at status.parents; a list is declared once"),
+        format!("{at} lists[2]: path conditions overlaps the conditions list at status.conditions"),
+        format!("{at} lists[3]: path: path \"a..b\" has an empty segment (a leading, trailing or doubled dot)"),
+        format!("{at} lists[4]: key is empty; name the member of each entry that says whose it is"),
+        format!("{envoy}: entries: \"nowhere\" is not a list declared in lists: (declared: [parents])"),
+        format!("{envoy}: entries.parents[1]: empty key value"),
+        format!("{envoy}: entries.parents[2]: \"{ISTIO}\" is listed twice"),
+        format!(
+            "{at}: the entries of status.parents keyed \"{ISTIO}\" are declared by both \
+             system:serviceaccount:envoy-gateway-system:envoy-gateway and system:serviceaccount:istio-system:istiod; \
+             a key value has one owner per list"
+        ),
+    ] {
+        assert!(problems.contains(&expected), "missing {expected:?} in {problems:#?}");
+    }
+    assert_eq!(problems.len(), 8, "{problems:#?}");
+}
+
+#[test]
+fn a_field_may_not_overlap_a_keyed_list() {
+    let text = routes(
+        "",
+        &format!("          parents: [{ENVOY}]\n        fields: [parents.x, other]\n"),
+        "          {}\n",
+    );
+    let problems = problems(&text);
+    assert_eq!(
+        problems,
+        ["resources[0] (gateway.networking.k8s.io/httproutes) writer \
+             system:serviceaccount:envoy-gateway-system:envoy-gateway: field \"parents.x\" overlaps a keyed list \
+             (lists:); own its entries instead"]
+    );
+}

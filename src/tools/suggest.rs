@@ -213,6 +213,8 @@ impl Draft {
                     let top = path.segments().first().map_or("", String::as_str);
                     by_top.entry(top).or_default().insert(path, owner.clone());
                 }
+                // Observed writes never name keyed entries (yet).
+                Item::Entry { .. } => {}
             }
         }
         for (top, leaves) in by_top {

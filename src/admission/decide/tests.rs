@@ -1217,3 +1217,5 @@ proptest! {
         prop_assert_eq!(both_paths(&in_order_of(&r, &ranks)), expected);
     }
 }
+
+mod keyed;

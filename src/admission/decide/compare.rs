@@ -1,0 +1,71 @@
+//! Lists compared as multisets of items grouped by a key (a condition's
+//! type, a keyed entry's key value), in `n log n`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::ownership::{same_value, write_canonical};
+
+pub(super) fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'v Value] {
+    map.get(ty).map(Vec::as_slice).unwrap_or_default()
+}
+
+/// The items of a list by their key (a condition's type, an entry's key
+/// value); items without one are nobody's and left out.
+pub(super) fn grouped<'v>(
+    list: &'v [Value],
+    key_of: impl Fn(&'v Value) -> Option<&'v str>,
+) -> BTreeMap<&'v str, Vec<&'v Value>> {
+    let mut map: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for item in list {
+        if let Some(ty) = key_of(item) {
+            map.entry(ty).or_default().push(item);
+        }
+    }
+    map
+}
+
+/// Equal as multisets under [`same_value`]: the order of the conditions
+/// list does not matter, and a type may have several items (a CRD without
+/// `listType: map` stores duplicates).
+///
+/// The same items in the same order (the common case) are seen in one walk.
+/// Otherwise each item's canonical form is written and the sorted forms are
+/// compared: `n log n` in the items and linear in their bytes, where
+/// matching item against item would be quadratic (10,000 reordered items
+/// took 11 s that way).
+pub(super) fn same_items(a: &[&Value], b: &[&Value]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.iter().zip(b).all(|(x, y)| same_value(Some(x), Some(y))) {
+        return true;
+    }
+    if a.len() == 1 {
+        return false;
+    }
+    let (mut a_bytes, mut b_bytes) = (Vec::new(), Vec::new());
+    sorted_forms(a, &mut a_bytes) == sorted_forms(b, &mut b_bytes)
+}
+
+/// The canonical forms of `items` (see [`write_canonical`]), written into
+/// one buffer, sorted.
+fn sorted_forms<'f>(items: &[&Value], bytes: &'f mut Vec<u8>) -> Vec<&'f [u8]> {
+    let mut ends = Vec::with_capacity(items.len());
+    for item in items {
+        write_canonical(item, bytes);
+        ends.push(bytes.len());
+    }
+    let bytes: &'f [u8] = bytes;
+    let mut forms: Vec<&[u8]> = ends
+        .iter()
+        .scan(0, |start, &end| {
+            let form = &bytes[*start..end];
+            *start = end;
+            Some(form)
+        })
+        .collect();
+    forms.sort_unstable();
+    forms
+}
