@@ -666,7 +666,8 @@ async fn statusguard_after_a_forced_apply_of_another_writers_items() {
 /// its text whenever `errors.IsConflict`, i.e. reason Conflict, or an
 /// unknown reason with code 409). Needs kubectl 1.36, e.g. built from
 /// tests/cluster/kube-apiserver's pin: `go build k8s.io/kubernetes/cmd/kubectl`.
-#[tokio::test]
+// kubectl blocks its thread while the scratch webhook answers on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs STATUSGUARD_KUBECTL=<path of kubectl 1.36>"]
 async fn kubectl_appends_its_force_conflicts_advice_to_a_webhooks_409_conflict() {
     let kubectl = std::env::var_os("STATUSGUARD_KUBECTL").expect("STATUSGUARD_KUBECTL names kubectl");
