@@ -202,18 +202,9 @@ impl ScratchServer {
     }
 }
 
-/// A server-side apply of `status` to `base/name` as field manager `manager`.
-async fn apply(
-    client: &Client,
-    base: &str,
-    api_version: &str,
-    kind: &str,
-    name: &str,
-    manager: &str,
-    status: Value,
-    force: bool,
-) -> Written {
-    let body = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "status": status});
+/// A server-side apply of a Widget's `status` to `base/name` as field manager `manager`.
+async fn apply(client: &Client, base: &str, name: &str, manager: &str, status: Value, force: bool) -> Written {
+    let body = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "status": status});
     let mut params = PatchParams::apply(manager);
     params.force = force;
     let request = Request::new(base)
@@ -311,8 +302,6 @@ async fn managed_fields_after_a_trimmed_forced_status_apply_of_a_scalar_and_a_ma
             apply(
                 &admin,
                 &base,
-                "example.com/v1",
-                "Widget",
                 &name,
                 &manager,
                 json!({"replicas": replicas, "conditions": [ready]}),
@@ -551,24 +540,14 @@ async fn a_validating_webhooks_409_reaches_the_client_with_its_reason_and_a_pref
         .register(&s.admin, "example.com", "widgets", &s.namespace, || {
             let (admin, base) = (admin.clone(), probe_base.clone());
             async move {
-                let _ = apply(&admin, &base, "example.com/v1", "Widget", "w", "probe", json!({}), true).await;
+                let _ = apply(&admin, &base, "w", "probe", json!({}), true).await;
             }
         })
         .await;
     for reason in ["Conflict", "Forbidden"] {
         *server.scratch.denial.lock().unwrap() =
             Some(json!({"code": 409, "reason": reason, "message": "status.replicas (owned by someone)"}));
-        let denied = apply(
-            &s.admin,
-            &base,
-            "example.com/v1",
-            "Widget",
-            "w",
-            "violator",
-            json!({"replicas": 2}),
-            true,
-        )
-        .await;
+        let denied = apply(&s.admin, &base, "w", "violator", json!({"replicas": 2}), true).await;
         eprintln!("denied with reason {reason}: {} {}", denied.code, denied.body);
         assert_eq!(denied.code, 409);
         assert_eq!(denied.body["reason"], reason);
@@ -607,8 +586,6 @@ async fn statusguard_after_a_forced_apply_of_another_writers_items() {
                 apply(
                     &who,
                     &base,
-                    "example.com/v1",
-                    "Widget",
                     "w",
                     &manager,
                     json!({"observedGeneration": generation, "conditions": [ready]}),
@@ -677,17 +654,7 @@ async fn kubectl_appends_its_force_conflicts_advice_to_a_webhooks_409_conflict()
     s.create_widget("w", json!({"replicas": 1})).await;
     server
         .register(&s.admin, "example.com", "widgets", &s.namespace, || async {
-            let _ = apply(
-                &s.admin,
-                &base,
-                "example.com/v1",
-                "Widget",
-                "w",
-                "probe",
-                json!({}),
-                true,
-            )
-            .await;
+            let _ = apply(&s.admin, &base, "w", "probe", json!({}), true).await;
         })
         .await;
     let dir = tempfile::tempdir().unwrap();
