@@ -3,7 +3,8 @@
 # against a real kube-apiserver and etcd.
 #
 # The first run builds kube-apiserver, etcd and helm from pinned Go modules
-# (tests/cluster/build.sh; 5-20 minutes on 2 cores, cached afterwards).
+# (tests/cluster/build.sh; 5-20 minutes on 2 cores, cached afterwards), and
+# fetches the pinned Gateway API CRDs (tests/cluster/gateway-api.sh).
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh --test e2e_rollback`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,5 +12,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STATUSGUARD_TEST_ASSETS=$(tests/cluster/build.sh --print)
 export STATUSGUARD_TEST_ASSETS
 echo "tests/run.sh: control-plane binaries in $STATUSGUARD_TEST_ASSETS" >&2
+STATUSGUARD_GATEWAY_CRDS=$(tests/cluster/gateway-api.sh --print)
+export STATUSGUARD_GATEWAY_CRDS
+echo "tests/run.sh: Gateway API CRDs in $STATUSGUARD_GATEWAY_CRDS" >&2
 
 cargo test --locked "$@"

@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod cluster;
+pub mod gateway;
 pub mod legacy;
 pub mod mtls;
 pub mod scenario;
