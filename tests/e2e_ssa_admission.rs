@@ -42,6 +42,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use support::cluster;
 use support::gateway::{self, ENVOY, GatewayScenario, ISTIO};
+use support::kubectl;
 use support::scenario::{Scenario, Written, send};
 
 /// What the scratch webhook does with one AdmissionRequest: the JSON Patch
@@ -641,13 +642,10 @@ async fn statusguard_after_a_forced_apply_of_another_writers_items() {
 /// --force-conflicts`: the API server's message, and kubectl's own advice
 /// when the reason is Conflict (k8s.io/kubectl pkg/cmd/apply: it appends
 /// its text whenever `errors.IsConflict`, i.e. reason Conflict, or an
-/// unknown reason with code 409). Needs kubectl 1.36, e.g. built from
-/// tests/cluster/kube-apiserver's pin: `go build k8s.io/kubernetes/cmd/kubectl`.
+/// unknown reason with code 409). kubectl is built by tests/clients/kubectl.sh.
 // kubectl blocks its thread while the scratch webhook answers on another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs STATUSGUARD_KUBECTL=<path of kubectl 1.36>"]
 async fn kubectl_appends_its_force_conflicts_advice_to_a_webhooks_409_conflict() {
-    let kubectl = std::env::var_os("STATUSGUARD_KUBECTL").expect("STATUSGUARD_KUBECTL names kubectl");
     let s = Scenario::new("ssa-kubectl").await;
     let server = ScratchServer::start().await;
     let base = format!("/apis/example.com/v1/namespaces/{}/widgets", s.namespace);
@@ -670,16 +668,20 @@ async fn kubectl_appends_its_force_conflicts_advice_to_a_webhooks_409_conflict()
     for (reason, advice) in [("Conflict", true), ("Forbidden", false)] {
         *server.scratch.denial.lock().unwrap() =
             Some(json!({"code": 409, "reason": reason, "message": "status.replicas (owned by someone)"}));
-        let output = std::process::Command::new(&kubectl)
-            .args(["apply", "--server-side", "--force-conflicts", "--subresource=status"])
-            .args(["--field-manager=violator", "-f"])
-            .arg(&manifest)
-            .env("KUBECONFIG", &s.cluster.kubeconfig)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let (succeeded, _, stderr) = kubectl::run(
+            &s.cluster.kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--subresource=status",
+                "--field-manager=violator",
+                "-f",
+                manifest.to_str().unwrap(),
+            ],
+        );
         eprintln!("kubectl, reason {reason}:\n{stderr}");
-        assert!(!output.status.success());
+        assert!(!succeeded);
         assert!(
             stderr.contains("admission webhook \"validate.scratch.statusguard.dev\" denied the request: status.replicas (owned by someone)"),
             "{stderr}"
@@ -687,4 +689,99 @@ async fn kubectl_appends_its_force_conflicts_advice_to_a_webhooks_409_conflict()
         assert_eq!(stderr.contains("re-run the apply"), advice, "{stderr}");
     }
     unregister(&s.admin, &s.namespace).await;
+}
+
+/// The real kubectl's server-side apply against statusguard (examples/
+/// ownership.yaml): the scaler force-applies the controller's
+/// observedGeneration and Ready condition. In trim, the values and their
+/// management go back to the controller, whose next apply without
+/// `--force-conflicts` succeeds; in enforce, kubectl shows statusguard's 409
+/// saying that `--force-conflicts` does not override ownership, whatever
+/// advice kubectl adds under it.
+// kubectl blocks its thread while statusguard answers on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_server_side_apply_against_statusguard() {
+    use support::scenario::{CONTROLLER, SCALER};
+    for mode in ["trim", "enforce"] {
+        let s = Scenario::new(&format!("ssa-kubectl-{mode}")).await;
+        let dir = tempfile::tempdir().unwrap();
+        let document = dir.path().join("ownership.yaml");
+        std::fs::write(
+            &document,
+            include_str!("../examples/ownership.yaml").replace("mode: enforce", &format!("mode: {mode}")),
+        )
+        .unwrap();
+        let (_server, _certs) = s
+            .guarded_by(statusguard::rules::RulesSource::File(document), mode == "trim")
+            .await;
+        s.create_widget("w", json!({})).await;
+        let controller = s.cluster.service_account_kubeconfig(CONTROLLER.0, CONTROLLER.1).await;
+        let scaler = s.cluster.service_account_kubeconfig(SCALER.0, SCALER.1).await;
+        let apply = |kubeconfig: std::path::PathBuf,
+                     manager: &'static str,
+                     generation: i64,
+                     ready: &str,
+                     force: bool| {
+            let manifest = dir.path().join(format!("{manager}-{generation}.yaml"));
+            std::fs::write(
+                &manifest,
+                format!(
+                    "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w, namespace: {}}}\n\
+                     status:\n  observedGeneration: {generation}\n  conditions:\n  - {{type: Ready, status: \"{ready}\", \
+                     reason: R{generation}, message: \"\", lastTransitionTime: \"2026-12-03T10:00:00Z\"}}\n",
+                    s.namespace
+                ),
+            )
+            .unwrap();
+            tokio::task::spawn_blocking(move || {
+                let mut args = vec!["apply", "--server-side", "--subresource=status", "-f"];
+                let manifest = manifest.to_string_lossy().into_owned();
+                let field_manager = format!("--field-manager={manager}");
+                args.extend([manifest.as_str(), field_manager.as_str()]);
+                if force {
+                    args.push("--force-conflicts");
+                }
+                kubectl::run(&kubeconfig, &args)
+            })
+        };
+        let (ok, _, stderr) = apply(controller.clone(), "widget-controller", 1, "True", false)
+            .await
+            .unwrap();
+        assert!(ok, "{mode}: the controller's first apply: {stderr}");
+
+        let (ok, _, stderr) = apply(scaler, "widget-scaler", 9, "False", true).await.unwrap();
+        eprintln!("{mode}: the scaler's forced apply: ok={ok}\n{stderr}");
+        let stored = s.get(&s.admin, "w").await;
+        if mode == "enforce" {
+            assert!(!ok);
+            assert!(
+                stderr.contains("may not change status fields owned by other writers")
+                    && stderr.contains("--force-conflicts does not override it"),
+                "{stderr}"
+            );
+            assert_eq!(stored["status"]["observedGeneration"], 1);
+            continue;
+        }
+        assert!(ok, "{stderr}");
+        assert!(
+            stderr.contains("statusguard restored"),
+            "kubectl shows the trim's warnings: {stderr}"
+        );
+        assert_eq!(stored["status"]["observedGeneration"], 1);
+        assert_eq!(stored["status"]["conditions"][0]["status"], "True");
+        let scaler_fields = fields_of(&stored, "widget-scaler");
+        assert!(
+            scaler_fields
+                .get("f:status")
+                .and_then(|f| f.get("f:observedGeneration"))
+                .is_none(),
+            "the scaler does not manage what trim restored: {scaler_fields}"
+        );
+
+        let (ok, _, stderr) = apply(controller, "widget-controller", 2, "True", false).await.unwrap();
+        assert!(ok, "the controller's next apply, without --force-conflicts: {stderr}");
+        let stored = s.get(&s.admin, "w").await;
+        assert_eq!(stored["status"]["observedGeneration"], 2);
+        s.unregister().await;
+    }
 }

@@ -4,7 +4,8 @@
 #
 # The first run builds kube-apiserver, etcd and helm from pinned Go modules
 # (tests/cluster/build.sh; 5-20 minutes on 2 cores, cached afterwards), and
-# fetches the pinned Gateway API CRDs (tests/cluster/gateway-api.sh).
+# fetches the pinned Gateway API CRDs (tests/cluster/gateway-api.sh) and
+# builds kubectl from the same pin (tests/clients/kubectl.sh).
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh --test e2e_rollback`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,5 +16,8 @@ echo "tests/run.sh: control-plane binaries in $STATUSGUARD_TEST_ASSETS" >&2
 STATUSGUARD_GATEWAY_CRDS=$(tests/cluster/gateway-api.sh --print)
 export STATUSGUARD_GATEWAY_CRDS
 echo "tests/run.sh: Gateway API CRDs in $STATUSGUARD_GATEWAY_CRDS" >&2
+STATUSGUARD_KUBECTL=$(tests/clients/kubectl.sh --print)
+export STATUSGUARD_KUBECTL
+echo "tests/run.sh: kubectl at $STATUSGUARD_KUBECTL" >&2
 
 cargo test --locked "$@"

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 /// The members of an AdmissionReview's request in the order the API server
 /// writes them: the order of Go's `AdmissionRequest` struct.
-pub const REQUEST_ORDER: [&str; 11] = [
+pub const REQUEST_ORDER: [&str; 12] = [
     "uid",
     "kind",
     "resource",
@@ -17,6 +17,7 @@ pub const REQUEST_ORDER: [&str; 11] = [
     "object",
     "oldObject",
     "dryRun",
+    "options",
 ];
 
 /// An object's member: its key and its value.

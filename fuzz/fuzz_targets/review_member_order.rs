@@ -56,10 +56,20 @@ fuzz_target!(|data: &[u8]| {
 /// What the request path reads of a request besides the decision (logs, the
 /// observer): the single pass reads it as the wire does.
 fn facts(request: &ReviewRequest<'_>) -> String {
-    let object_uid = request.object.as_ref().map(|o| o.uid.as_deref());
+    let metadata = |o: &Option<statusguard::admission::wire::ObjectView<'_>>| {
+        o.as_ref()
+            .map(|o| (o.metadata.uid.as_deref().map(str::to_owned), o.metadata.managed_fields.map(|m| m.get().to_owned())))
+    };
     format!(
-        "{} {:?} {} {:?} {} {object_uid:?}",
-        request.uid, request.kind, request.name, request.namespace, request.dry_run
+        "{} {:?} {} {:?} {} {:?} {:?} {:?}",
+        request.uid,
+        request.kind,
+        request.name,
+        request.namespace,
+        request.dry_run,
+        request.field_manager,
+        metadata(&request.object),
+        metadata(&request.old_object)
     )
 }
 
@@ -77,7 +87,14 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
     };
     let mut review = common::review(writer, &old, &new);
     let request = &mut review["request"];
-    match u.int_in_range(0..=11)? {
+    if u.arbitrary()? {
+        // A server-side apply: its options and the objects' managedFields.
+        request["options"] = json!({"kind": "UpdateOptions", "fieldManager": "kubectl"});
+        let managed = json!([{"manager": "kubectl", "operation": "Apply", "subresource": "status",
+                              "fieldsV1": {"f:status": {"f:replicas": {}}}}]);
+        request["object"]["metadata"]["managedFields"] = managed;
+    }
+    match u.int_in_range(0..=13)? {
         0 => request["operation"] = json!("CREATE"),
         1 => request["subResource"] = Value::Null,
         2 => {
@@ -94,6 +111,8 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
         7 => request["dryRun"] = json!(true),
         8 => request["kind"] = json!(["not", "a", "kind"]),
         9 => request["object"]["metadata"] = json!({"uid": 7, "name": "w"}),
+        10 => request["options"] = json!("not options"),
+        11 => request["oldObject"]["metadata"] = json!({"managedFields": null, "uid": "u"}),
         _ => {}
     }
     Ok(review)

@@ -11,7 +11,8 @@
 //! Only "no rules in force yet" stays an HTTP 503, so that the webhook's
 //! `failurePolicy` (not statusguard) decides what an unready server means.
 
-use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Plan, decide, plan};
+use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Plan, decide, plan};
+use super::managed_fields;
 use super::observe::{Copied, ReviewedWrite, observed_at};
 use super::one_pass::{self, Reading};
 use super::project::{Depth, ProjectError, ProjectedStatuses, nesting_depth, project_status};
@@ -115,6 +116,7 @@ pub(crate) fn answer_observing(
     let (Some(decided), Some(rules)) = (decided, rules) else {
         return (plain(503, uid, Verdict::NotReady), Copied::Nothing);
     };
+    let decided = decided.map(|decision| with_managed_fields(rules, &request, decision));
     let write = match &decided {
         Ok(decision) if decision.mode.is_some_and(|mode| observed_at(mode) == endpoint) => match observe {
             false => Copied::Declined,
@@ -146,6 +148,47 @@ pub(crate) fn answer_observing(
         Err(e) => plain(500, uid, Verdict::Failed { reason: e.to_string() }),
     };
     (answer, write)
+}
+
+/// What only the objects' `managedFields` tell, added to a decision: a
+/// denial of a server-side apply says that no flag overrides ownership, and
+/// a trim hands the management of what it restores back to its managers
+/// (see `managed_fields`). Read only for a denial or a trim.
+fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decision: Decision) -> Decision {
+    let old = request.old_object.as_ref().and_then(|o| o.metadata.managed_fields);
+    let new = request.object.as_ref().and_then(|o| o.metadata.managed_fields);
+    match decision.outcome {
+        Outcome::Denied => {
+            let field_manager = request.field_manager.as_deref().unwrap_or_default();
+            if managed_fields::is_apply(field_manager, old, new) {
+                decision.response.result.message.push_str(managed_fields::APPLY_ADVICE);
+            }
+        }
+        Outcome::Trimmed => {
+            let Some(resource_rules) = rules.resource(&request.resource.group, &request.resource.resource) else {
+                return decision;
+            };
+            let items: Vec<_> = decision.violations.iter().map(|v| &v.item).collect();
+            match managed_fields::handed_back(resource_rules, &items, old, new) {
+                Ok(None) => {}
+                Ok(Some(handed_back)) => {
+                    if let Err(e) = managed_fields::add_to_patch(&mut decision.response, handed_back) {
+                        warn_unhanded(&mut decision, &e.to_string());
+                    }
+                }
+                // The API server validates managedFields before admission:
+                // never seen, but the restored values matter more.
+                Err(e) => warn_unhanded(&mut decision, &e.to_string()),
+            }
+        }
+        Outcome::Skipped | Outcome::Exempt | Outcome::Allowed | Outcome::Warned => {}
+    }
+    decision
+}
+
+fn warn_unhanded(decision: &mut Decision, why: &str) {
+    let warning = format!("statusguard restored the values but not who manages them: {why}");
+    decision.response.warnings.get_or_insert_with(Vec::new).push(warning);
 }
 
 /// Reads a review body and decides it: the request as read, and the

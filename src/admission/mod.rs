@@ -29,6 +29,7 @@
 
 pub mod answer;
 pub mod decide;
+mod managed_fields;
 pub mod observe;
 mod one_pass;
 pub mod project;

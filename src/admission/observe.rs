@@ -158,7 +158,11 @@ impl ReviewedWrite {
             kind: request.kind.as_deref().map(kept).unwrap_or_default(),
             name: kept(&request.name),
             namespace: request.namespace.as_deref().filter(|n| !n.is_empty()).map(kept),
-            uid: request.object.as_ref().and_then(|o| o.uid.as_deref()).map(kept),
+            uid: request
+                .object
+                .as_ref()
+                .and_then(|o| o.metadata.uid.as_deref())
+                .map(kept),
             dry_run: request.dry_run,
         };
         Some(Self {

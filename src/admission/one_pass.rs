@@ -21,7 +21,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::project::{Depth, ProjectError, ProjectedStatuses, Projection, project_status};
-use super::wire::{BorrowedKey, ObjectView, RequestHead, ReviewRequest};
+use super::wire::{BorrowedKey, MetadataView, ObjectView, RequestHead, ReviewRequest};
 use crate::ownership::PathTree;
 
 /// How the objects of a request are read, as the plan says from its head.
@@ -113,8 +113,8 @@ enum ObjectRead<'b> {
     /// Before the plan could be made, where the decision reads no status,
     /// or where the plan keeps the text: as the wire reads it.
     Raw(Option<ObjectView<'b>>),
-    /// Its uid read, and its status projected on the plan's paths.
-    Projected(Option<(Option<Cow<'b, str>>, Option<Value>)>),
+    /// Its metadata read, and its status projected on the plan's paths.
+    Projected(Option<(MetadataView<'b>, Option<Value>)>),
 }
 
 /// The request's members other than the objects, as unparsed text.
@@ -223,19 +223,19 @@ fn settle<'b>(
             view
         }
         ObjectRead::Projected(None) => None,
-        ObjectRead::Projected(Some((uid, status))) => {
+        ObjectRead::Projected(Some((metadata, status))) => {
             *projected = Some(status);
-            Some(ObjectView { uid, status: None })
+            Some(ObjectView { metadata, status: None })
         }
     })
 }
 
 /// An object (or `null`) whose status is projected on `paths`, read as
-/// [`ObjectView`] reads the rest of it: its uid, every other member skipped.
+/// [`ObjectView`] reads the rest of it: its metadata, every other member skipped.
 struct ObjectStatus<'t>(&'t PathTree);
 
 impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
-    type Value = Option<(Option<Cow<'de, str>>, Option<Value>)>;
+    type Value = Option<(MetadataView<'de>, Option<Value>)>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_option(self)
@@ -243,7 +243,7 @@ impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
 }
 
 impl<'de> Visitor<'de> for ObjectStatus<'_> {
-    type Value = Option<(Option<Cow<'de, str>>, Option<Value>)>;
+    type Value = Option<(MetadataView<'de>, Option<Value>)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object")
@@ -263,17 +263,17 @@ impl<'de> Visitor<'de> for ObjectStatus<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         use serde::de::Error;
-        let (mut uid, mut status) = (None, None);
+        let (mut metadata, mut status) = (None, None);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             match key.as_ref() {
                 "status" if status.is_none() => status = Some(map.next_value_seed(Projection(self.0, Depth::Bounded))?),
-                "metadata" if uid.is_none() => uid = Some(map.next_value_seed(super::wire::UidOf)?),
+                "metadata" if metadata.is_none() => metadata = Some(map.next_value_seed(super::wire::MetadataOf)?),
                 "status" | "metadata" => return Err(A::Error::custom("duplicate member")),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(Some((uid.flatten(), status.filter(|s| !s.is_null()))))
+        Ok(Some((metadata.unwrap_or_default(), status.filter(|s| !s.is_null()))))
     }
 }

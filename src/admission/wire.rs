@@ -78,6 +78,10 @@ pub struct ReviewRequest<'a> {
     /// The object as it is stored.
     #[serde(borrow, default)]
     pub old_object: Option<ObjectView<'a>>,
+    /// `options.fieldManager` (the options of an UPDATE or a PATCH alike),
+    /// to tell a server-side apply; any other shape reads as `None`.
+    #[serde(borrow, default, rename = "options", deserialize_with = "field_manager_of")]
+    pub field_manager: Option<Cow<'a, str>>,
     /// Nothing will be persisted (absent or `null`: false).
     #[serde(default, deserialize_with = "null_as_false")]
     pub dry_run: bool,
@@ -91,13 +95,23 @@ fn null_as_false<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::
 /// member is skipped unread.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ObjectView<'a> {
-    /// `metadata.uid`, for an Event on the object; the decision never reads
-    /// it, so any other shape of `metadata` reads as `None`.
-    #[serde(borrow, default, rename = "metadata", deserialize_with = "uid_of")]
-    pub uid: Option<Cow<'a, str>>,
+    /// What is read of `metadata`; the decision never reads it, so any other
+    /// shape of `metadata` reads as empty.
+    #[serde(borrow, default, deserialize_with = "metadata_of")]
+    pub metadata: MetadataView<'a>,
     /// `status`, absent or `null` alike as `None`.
     #[serde(borrow, default)]
     pub status: Option<&'a RawValue>,
+}
+
+/// What a review's object holds in `metadata` that statusguard reads.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataView<'a> {
+    /// `metadata.uid`, for an Event on the object.
+    pub uid: Option<Cow<'a, str>>,
+    /// `metadata.managedFields`, unread: only a write that is denied or
+    /// trimmed reads it (to tell an apply, and to hand management back).
+    pub managed_fields: Option<&'a RawValue>,
 }
 
 /// `request.resource`: what the rules are looked up by, and the version
@@ -248,18 +262,75 @@ fn kind_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<
     deserializer.deserialize_any(StringAt("kind"))
 }
 
-fn uid_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error> {
-    UidOf.deserialize(deserializer)
+fn metadata_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<MetadataView<'a>, D::Error> {
+    MetadataOf.deserialize(deserializer)
 }
 
-/// `metadata`, read as [`ObjectView`] reads it: only its uid, leniently.
-pub(crate) struct UidOf;
+fn field_manager_of<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    deserializer.deserialize_any(StringAt("fieldManager"))
+}
 
-impl<'de> DeserializeSeed<'de> for UidOf {
-    type Value = Option<Cow<'de, str>>;
+/// `metadata`, read as [`ObjectView`] reads it: its uid and the text of its
+/// managedFields, leniently (any other shape reads as empty).
+pub(crate) struct MetadataOf;
+
+impl<'de> DeserializeSeed<'de> for MetadataOf {
+    type Value = MetadataView<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(StringAt("uid"))
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataOf {
+    type Value = MetadataView<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut metadata = MetadataView::default();
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            // The last of duplicate keys wins, as in Go and serde_json.
+            match key.as_ref() {
+                "uid" => metadata.uid = map.next_value_seed(AnyString)?,
+                "managedFields" => metadata.managed_fields = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(metadata)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(MetadataView::default())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(MetadataView::default())
     }
 }
 
@@ -449,7 +520,7 @@ mod tests {
         let body = review(r#"{"kind": "Widget"}"#, r#"{"name": "w", "uid": "1234"}"#);
         let request = parse_request(body.as_bytes()).unwrap();
         assert_eq!(request.kind.as_deref(), Some("Widget"));
-        assert_eq!(request.object.and_then(|o| o.uid).as_deref(), Some("1234"));
+        assert_eq!(request.object.and_then(|o| o.metadata.uid).as_deref(), Some("1234"));
         for (kind, metadata) in [
             ("5", "null"),
             (r#"{"kind": 5}"#, r#"[1]"#),
@@ -458,7 +529,7 @@ mod tests {
             let body = review(kind, metadata);
             let request = parse_request(body.as_bytes()).unwrap();
             assert_eq!(request.kind, None, "{kind}");
-            assert_eq!(request.object.and_then(|o| o.uid), None, "{metadata}");
+            assert_eq!(request.object.and_then(|o| o.metadata.uid), None, "{metadata}");
         }
     }
 }

@@ -4,7 +4,6 @@
 //! their own, and statusguard registered for route and policy status.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -59,24 +58,8 @@ pub const ISTIO: Implementation = Implementation {
 /// tests/run.sh), else fetched into the cache by tests/cluster/gateway-api.sh.
 pub fn crds_dir() -> Result<PathBuf, String> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/gateway-api.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .arg("--print")
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "{} failed ({}); see its message above",
-                script.display(),
-                output.status
-            ));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
-    })
-    .clone()
+    DIR.get_or_init(|| super::printed_path("tests/cluster/gateway-api.sh"))
+        .clone()
 }
 
 pub fn resource(kind: &str, plural: &str) -> ApiResource {
