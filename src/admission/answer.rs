@@ -150,10 +150,11 @@ pub(crate) fn answer_observing(
     (answer, write)
 }
 
-/// What only the objects' `managedFields` tell, added to a decision: a
-/// denial of a server-side apply says that no flag overrides ownership, and
-/// a trim hands the management of what it restores back to its managers
-/// (see `managed_fields`). Read only for a denial or a trim.
+/// What only the objects' metadata tell, added to a decision: a denial of
+/// a server-side apply says that no flag overrides ownership; a trim of a
+/// stale write is left to the API server's precondition, and any other hands
+/// the management of what it restores back to its managers (see
+/// `managed_fields`). Read only for a denial or a trim.
 fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decision: Decision) -> Decision {
     let old = request.old_object.as_ref().and_then(|o| o.metadata.managed_fields);
     let new = request.object.as_ref().and_then(|o| o.metadata.managed_fields);
@@ -163,6 +164,15 @@ fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decis
             if managed_fields::is_apply(field_manager, old, new) {
                 decision.response.result.message.push_str(managed_fields::APPLY_ADVICE);
             }
+        }
+        // The API server checks a write's resourceVersion after mutating
+        // admission and refuses a stale one with its own 409: restoring
+        // items of a write that will fail would only warn its writer of a
+        // trim that never happens (the retry, on a fresh copy, is decided).
+        Outcome::Trimmed if is_stale(request) => {
+            decision.outcome = Outcome::Allowed;
+            decision.violations.clear();
+            decision.response = request.allow();
         }
         Outcome::Trimmed => {
             let Some(resource_rules) = rules.resource(&request.resource.group, &request.resource.resource) else {
@@ -184,6 +194,16 @@ fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decis
         Outcome::Skipped | Outcome::Exempt | Outcome::Allowed | Outcome::Warned => {}
     }
     decision
+}
+
+/// The write names a resourceVersion other than the stored object's.
+fn is_stale(request: &ReviewRequest<'_>) -> bool {
+    let written = request.object.as_ref().and_then(|o| o.metadata.resource_version.as_deref());
+    let stored = request.old_object.as_ref().and_then(|o| o.metadata.resource_version.as_deref());
+    match (written, stored) {
+        (Some(written), Some(stored)) => !written.is_empty() && written != stored,
+        _ => false,
+    }
 }
 
 fn warn_unhanded(decision: &mut Decision, why: &str) {

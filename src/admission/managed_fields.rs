@@ -397,6 +397,25 @@ mod tests {
         );
     }
 
+    /// A write whose resourceVersion is not the stored one fails the API
+    /// server's precondition after mutating admission: the trim leaves it
+    /// alone rather than warn of a restore that never happens.
+    #[test]
+    fn a_stale_write_is_left_to_the_api_servers_precondition() {
+        use crate::admission::answer::answer;
+        use crate::admission::decide::Endpoint;
+        let rules = rules();
+        let mut body: Value = serde_json::from_slice(&review(json!([]), json!([]))).unwrap();
+        body["request"]["oldObject"]["metadata"]["resourceVersion"] = json!("7");
+        for (written, trimmed) in [("5", false), ("7", true), ("", true)] {
+            body["request"]["object"]["metadata"]["resourceVersion"] = json!(written);
+            let answered = response(&answer(Some(&rules), &serde_json::to_vec(&body).unwrap(), Endpoint::Mutate).body);
+            assert_eq!(answered["allowed"], true);
+            assert_eq!(answered.get("patch").is_some(), trimmed, "resourceVersion {written:?}: {answered}");
+            assert_eq!(answered.get("warnings").is_some(), trimmed, "resourceVersion {written:?}: {answered}");
+        }
+    }
+
     #[test]
     fn unreadable_managed_fields_are_an_error_and_absent_ones_nothing() {
         let rules = rules();

@@ -109,6 +109,9 @@ pub struct ObjectView<'a> {
 pub struct MetadataView<'a> {
     /// `metadata.uid`, for an Event on the object.
     pub uid: Option<Cow<'a, str>>,
+    /// `metadata.resourceVersion`: a write that names another than the
+    /// stored one fails the API server's precondition after mutation.
+    pub resource_version: Option<Cow<'a, str>>,
     /// `metadata.managedFields`, unread: only a write that is denied or
     /// trimmed reads it (to tell an apply, and to hand management back).
     pub managed_fields: Option<&'a RawValue>,
@@ -295,6 +298,7 @@ impl<'de> Visitor<'de> for MetadataOf {
             // The last of duplicate keys wins, as in Go and serde_json.
             match key.as_ref() {
                 "uid" => metadata.uid = map.next_value_seed(AnyString)?,
+                "resourceVersion" => metadata.resource_version = map.next_value_seed(AnyString)?,
                 "managedFields" => metadata.managed_fields = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
