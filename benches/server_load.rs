@@ -7,6 +7,7 @@
 //!     LOAD_SWEEP=rules cargo bench --bench server_load   # 1 .. 10,000 resources, 1 .. 1,000 writers
 //!     LOAD_SWEEP=paced cargo bench --bench server_load   # only the paced rows (h2load, Go's client)
 //!     LOAD_SWEEP=observe cargo bench --bench server_load # the observer off, at its default rate, at every write
+//!     LOAD_SWEEP=gateway cargo bench --bench server_load # an HTTPRoute with 32 parents of 8 conditions each
 //!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
 //!
 //! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux); Go, for
@@ -413,6 +414,25 @@ fn main() -> Result<(), Error> {
                     &[h1],
                 )?;
             }
+        }
+        "gateway" => {
+            // examples/gateway-api.yaml on an HTTPRoute of 32 parents (16 per
+            // implementation), 8 conditions each: one implementation's update
+            // of its own entries (allowed), and its stale retry that rolls
+            // back the other's (denied; restored in trim).
+            let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+            let document = std::fs::read_to_string(examples.join("gateway-api.yaml"))?;
+            let enforce = bench.file("gateway-enforce.yaml", document.as_bytes())?;
+            let trim = bench.file(
+                "gateway-trim.yaml",
+                document.replace("mode: enforce", "mode: trim").as_bytes(),
+            )?;
+            let own = examples.join("gateway-route-review.json");
+            let stale = examples.join("gateway-route-stale-review.json");
+            println!("route review: {} bytes", std::fs::metadata(&stale)?.len());
+            bench.compare("route, own entries (allowed)", &enforce, &own, "/validate", &[h1, h2])?;
+            bench.compare("route, stale retry (denied)", &enforce, &stale, "/validate", &[h1, h2])?;
+            bench.compare("route, stale retry (trim: patch)", &trim, &stale, "/mutate", &[h1, h2])?;
         }
         "observe" => {
             // The observer re-reads each write it takes (`--observe-rate`

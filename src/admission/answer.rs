@@ -198,8 +198,14 @@ fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decis
 
 /// The write names a resourceVersion other than the stored object's.
 fn is_stale(request: &ReviewRequest<'_>) -> bool {
-    let written = request.object.as_ref().and_then(|o| o.metadata.resource_version.as_deref());
-    let stored = request.old_object.as_ref().and_then(|o| o.metadata.resource_version.as_deref());
+    let written = request
+        .object
+        .as_ref()
+        .and_then(|o| o.metadata.resource_version.as_deref());
+    let stored = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.resource_version.as_deref());
     match (written, stored) {
         (Some(written), Some(stored)) => !written.is_empty() && written != stored,
         _ => false,

@@ -411,8 +411,16 @@ mod tests {
             body["request"]["object"]["metadata"]["resourceVersion"] = json!(written);
             let answered = response(&answer(Some(&rules), &serde_json::to_vec(&body).unwrap(), Endpoint::Mutate).body);
             assert_eq!(answered["allowed"], true);
-            assert_eq!(answered.get("patch").is_some(), trimmed, "resourceVersion {written:?}: {answered}");
-            assert_eq!(answered.get("warnings").is_some(), trimmed, "resourceVersion {written:?}: {answered}");
+            assert_eq!(
+                answered.get("patch").is_some(),
+                trimmed,
+                "resourceVersion {written:?}: {answered}"
+            );
+            assert_eq!(
+                answered.get("warnings").is_some(),
+                trimmed,
+                "resourceVersion {written:?}: {answered}"
+            );
         }
     }
 
