@@ -140,6 +140,27 @@ pub fn status(u: &mut Unstructured<'_>) -> Result<Value> {
     Ok(Value::Object(map))
 }
 
+/// A new status for `old`: one of its own, or, as most writes are, `old`
+/// with some top-level members taken from `other` (the rest the same text).
+pub fn written_after(u: &mut Unstructured<'_>, old: &Value, other: Value) -> Result<Value> {
+    let (Some(old_map), Some(other_map)) = (old.as_object(), other.as_object()) else {
+        return Ok(other);
+    };
+    if u.arbitrary()? {
+        return Ok(other);
+    }
+    let mut new = old_map.clone();
+    for key in KEYS.iter().chain(&["conditions", "parents"]) {
+        if u.arbitrary()? {
+            match other_map.get(*key) {
+                Some(value) => new.insert((*key).to_owned(), value.clone()),
+                None => new.remove(*key),
+            };
+        }
+    }
+    Ok(Value::Object(new))
+}
+
 /// A status UPDATE review of a Widget by one of [`WRITERS`].
 pub fn review(writer: &str, old: &Value, new: &Value) -> Value {
     let object = |status: &Value| {

@@ -15,7 +15,7 @@ use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Pla
 use super::managed_fields;
 use super::observe::{Copied, ReviewedWrite, observed_at};
 use super::one_pass::{self, Reading};
-use super::project::{Depth, ProjectError, ProjectedStatuses, nesting_depth, project_status};
+use super::project::{Captured, Depth, ProjectError, Side, capture_status, nesting_depth, realize};
 use super::wire::{ObjectView, RequestHead, ReviewError, ReviewRequest, encode_response, parse_request, refuse};
 use crate::ownership::{Ownership, PathTree};
 use crate::value_budget::{REVIEW_VALUE_BUDGET, ValueBudget};
@@ -316,10 +316,12 @@ fn project_and_decide(
         return decide(rules, &head, endpoint, None, None);
     };
     let paths = &resource_rules.read_paths;
-    let statuses = ProjectedStatuses {
-        old: Some(project(request.old_object.as_ref(), "oldObject", paths, depth)?),
-        new: Some(project(request.object.as_ref(), "object", paths, depth)?),
-    };
+    let old = capture(request.old_object.as_ref(), "oldObject", paths, depth)?;
+    let new = capture(request.object.as_ref(), "object", paths, depth)?;
+    let statuses = realize(Some(old), Some(new), depth).map_err(|(side, e)| match side {
+        Side::Old => decision_error("oldObject", e),
+        Side::New => decision_error("object", e),
+    })?;
     let decided = decide(
         rules,
         &head,
@@ -336,24 +338,28 @@ fn project_and_decide(
     decided
 }
 
-/// The status of an object the plan reads, projected on `paths`.
-fn project(
-    view: Option<&ObjectView<'_>>,
+/// The status of an object the plan reads, captured on `paths`.
+fn capture<'b>(
+    view: Option<&ObjectView<'b>>,
     which: &'static str,
     paths: &PathTree,
     depth: Depth,
-) -> Result<Option<serde_json::Value>, DecisionError> {
+) -> Result<Option<Captured<'b>>, DecisionError> {
     let Some(raw) = view.ok_or(DecisionError::MissingObject(which))?.status else {
         return Ok(None);
     };
-    project_status(raw, paths, depth).map_err(|e| match e {
+    capture_status(raw, paths, depth).map_err(|e| decision_error(which, e))
+}
+
+fn decision_error(which: &'static str, e: ProjectError) -> DecisionError {
+    match e {
         ProjectError::TooDeep => DecisionError::TooDeep { which, depth: 0 },
         ProjectError::TooLarge => DecisionError::TooLarge { which },
         other => DecisionError::Malformed {
             which,
             reason: other.to_string(),
         },
-    })
+    }
 }
 
 fn plain(http_status: u16, request: Option<RequestFacts>, verdict: Verdict) -> Answer {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::project::{Depth, ProjectError, ProjectedStatuses, Projection, project_status};
+use super::project::{Capture, Captured, Depth, ProjectError, ProjectedStatuses, capture_status, realize};
 use super::wire::{BorrowedKey, MetadataView, ObjectView, RequestHead, ReviewRequest};
 use crate::ownership::PathTree;
 
@@ -113,8 +113,8 @@ enum ObjectRead<'b> {
     /// Before the plan could be made, where the decision reads no status,
     /// or where the plan keeps the text: as the wire reads it.
     Raw(Option<ObjectView<'b>>),
-    /// Its metadata read, and its status projected on the plan's paths.
-    Projected(Option<(MetadataView<'b>, Option<Value>)>),
+    /// Its metadata read, and its status captured on the plan's paths.
+    Projected(Option<(MetadataView<'b>, Option<Captured<'b>>)>),
 }
 
 /// The request's members other than the objects, as unparsed text.
@@ -189,10 +189,10 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
         // every order. A status too deep for the bounded parse is left to
         // them, as are objects that all came before the head.
         let paths = planned.flatten().map(|p| p.paths);
-        let mut projected = ProjectedStatuses::default();
+        let (mut old_status, mut new_status) = (None, None);
         let (Ok(object), Ok(old_object)) = (
-            settle(object, paths, &mut projected.new),
-            settle(old_object, paths, &mut projected.old),
+            settle(object, paths, &mut new_status),
+            settle(old_object, paths, &mut old_status),
         ) else {
             return Ok(None);
         };
@@ -200,7 +200,13 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
         request.old_object = old_object;
         // Projected statuses only where the plan reads them; an object the
         // plan never reached (absent) is absent in them too.
-        Ok(Some((request, paths.is_some().then_some(projected))))
+        if paths.is_none() {
+            return Ok(Some((request, None)));
+        }
+        match realize(old_status, new_status, Depth::Bounded) {
+            Ok(projected) => Ok(Some((request, Some(projected)))),
+            Err(_) => Ok(None),
+        }
     }
 }
 
@@ -209,14 +215,14 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
 fn settle<'b>(
     read: ObjectRead<'b>,
     paths: Option<&PathTree>,
-    projected: &mut Option<Option<Value>>,
+    projected: &mut Option<Option<Captured<'b>>>,
 ) -> Result<Option<ObjectView<'b>>, ProjectError> {
     Ok(match read {
         ObjectRead::Unseen => None,
         ObjectRead::Raw(view) => {
             if let (Some(paths), Some(view)) = (paths, &view) {
                 *projected = Some(match view.status {
-                    Some(raw) => project_status(raw, paths, Depth::Bounded)?,
+                    Some(raw) => capture_status(raw, paths, Depth::Bounded)?,
                     None => None,
                 });
             }
@@ -235,7 +241,7 @@ fn settle<'b>(
 struct ObjectStatus<'t>(&'t PathTree);
 
 impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
-    type Value = Option<(MetadataView<'de>, Option<Value>)>;
+    type Value = Option<(MetadataView<'de>, Option<Captured<'de>>)>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_option(self)
@@ -243,7 +249,7 @@ impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
 }
 
 impl<'de> Visitor<'de> for ObjectStatus<'_> {
-    type Value = Option<(MetadataView<'de>, Option<Value>)>;
+    type Value = Option<(MetadataView<'de>, Option<Captured<'de>>)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object")
@@ -266,7 +272,7 @@ impl<'de> Visitor<'de> for ObjectStatus<'_> {
         let (mut metadata, mut status) = (None, None);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             match key.as_ref() {
-                "status" if status.is_none() => status = Some(map.next_value_seed(Projection(self.0, Depth::Bounded))?),
+                "status" if status.is_none() => status = Some(map.next_value_seed(Capture(self.0))?),
                 "metadata" if metadata.is_none() => metadata = Some(map.next_value_seed(super::wire::MetadataOf)?),
                 "status" | "metadata" => return Err(A::Error::custom("duplicate member")),
                 _ => {
@@ -274,6 +280,7 @@ impl<'de> Visitor<'de> for ObjectStatus<'_> {
                 }
             }
         }
-        Ok(Some((metadata.unwrap_or_default(), status.filter(|s| !s.is_null()))))
+        let status = status.filter(|s| !matches!(s, Captured::Settled(Value::Null)));
+        Ok(Some((metadata.unwrap_or_default(), status)))
     }
 }

@@ -3,10 +3,12 @@
 //! pass while it reads a body, the two-pass path on the status text the
 //! wire parse kept.
 
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -63,25 +65,231 @@ pub(crate) enum ProjectError {
 /// parents that lead to it. A parent that is not an object is kept as
 /// `false` (it only matters that it is not an object); a `null` status is
 /// `None`. In the conditions list, an item of a type `paths` does not read
-/// is kept as `null`, so that every item keeps its index.
+/// is kept as `null`, so that every item keeps its index. (The readers
+/// capture both statuses and [`realize`] them together.)
+#[cfg(test)]
 pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
+    capture_status(status, paths, depth)?
+        .map(|captured| build(&captured, depth))
+        .transpose()
+}
+
+/// A status as read on the rules' paths, before anything is built: the
+/// text of each value read whole, borrowed from the review. The two
+/// statuses of a write are compared as text first ([`realize`]): the API
+/// server encodes `object` and `oldObject` alike, so a value that did not
+/// change is the same bytes in both, and is never built.
+#[derive(Debug)]
+pub(crate) enum Captured<'de> {
+    /// A value read whole.
+    Whole(&'de RawValue),
+    /// An object the paths lead through: the members they read below it
+    /// (the last of duplicate keys wins, as in Go and serde_json).
+    Object(Vec<(String, Captured<'de>)>),
+    /// A conditions list: each item in place, `None` where its type is not read.
+    Conditions(Vec<Option<CapturedItem<'de>>>),
+    /// Anything else, as the projection holds it: `null`, or
+    /// [`NOT_AN_OBJECT`] for a parent of another kind.
+    Settled(Value),
+}
+
+/// A condition item of a read type: its type and its members' text.
+#[derive(Debug)]
+pub(crate) struct CapturedItem<'de> {
+    ty: Cow<'de, str>,
+    members: Vec<(Cow<'de, str>, &'de RawValue)>,
+}
+
+impl CapturedItem<'_> {
+    fn same_text(&self, other: &Self) -> bool {
+        self.members.len() == other.members.len()
+            && self
+                .members
+                .iter()
+                .zip(&other.members)
+                .all(|((k, v), (l, w))| k == l && v.get() == w.get())
+    }
+}
+
+/// The status text captured on `paths` (see [`Captured`]); `None` for a
+/// `null` status.
+pub(crate) fn capture_status<'de>(
+    status: &'de RawValue,
+    paths: &PathTree,
+    depth: Depth,
+) -> Result<Option<Captured<'de>>, ProjectError> {
     let mut deserializer = serde_json::Deserializer::from_str(status.get());
     if depth == Depth::Unbounded {
         deserializer.disable_recursion_limit();
     }
-    let status = Projection(paths, depth)
-        .deserialize(&mut deserializer)
-        .map(Some)
-        .map_err(|e| {
-            if is_recursion_limit(&e) {
-                ProjectError::TooDeep
-            } else if crate::value_budget::is_budget_exceeded(&e) {
-                ProjectError::TooLarge
-            } else {
-                ProjectError::Malformed(e)
+    let captured = Capture(paths).deserialize(&mut deserializer).map_err(project_error)?;
+    Ok(match captured {
+        Captured::Settled(Value::Null) => None,
+        other => Some(other),
+    })
+}
+
+fn project_error(e: serde_json::Error) -> ProjectError {
+    if is_recursion_limit(&e) {
+        ProjectError::TooDeep
+    } else if crate::value_budget::is_budget_exceeded(&e) {
+        ProjectError::TooLarge
+    } else {
+        ProjectError::Malformed(e)
+    }
+}
+
+/// Which status a value came from, for an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Old,
+    New,
+}
+
+/// The two captured statuses of a write, projected as [`project_status`]
+/// projects each, except that every read value whose text is the same in
+/// both is left out of both (and every condition type whose items are the
+/// same text, in the same order, is `null` in both): the decision finds
+/// nothing changed there, as it would have after building and comparing
+/// them. Only values whose text differs are built, with the full semantics
+/// (absent equals `null`, exact numbers, items in any order).
+pub(crate) fn realize(
+    old: Option<Option<Captured<'_>>>,
+    new: Option<Option<Captured<'_>>>,
+    depth: Depth,
+) -> Result<ProjectedStatuses, (Side, ProjectError)> {
+    let (old_status, new_status) = match (&old, &new) {
+        (Some(Some(o)), Some(Some(n))) => pair(o, n, depth)?,
+        _ => (
+            built(old.as_ref().and_then(Option::as_ref), Side::Old, depth)?,
+            built(new.as_ref().and_then(Option::as_ref), Side::New, depth)?,
+        ),
+    };
+    Ok(ProjectedStatuses {
+        old: old.map(|o| o.and(old_status)),
+        new: new.map(|n| n.and(new_status)),
+    })
+}
+
+fn built(captured: Option<&Captured<'_>>, side: Side, depth: Depth) -> Result<Option<Value>, (Side, ProjectError)> {
+    captured.map(|c| build(c, depth)).transpose().map_err(|e| (side, e))
+}
+
+/// Both sides of one captured value, each `None` where it is left out.
+fn pair(
+    old: &Captured<'_>,
+    new: &Captured<'_>,
+    depth: Depth,
+) -> Result<(Option<Value>, Option<Value>), (Side, ProjectError)> {
+    Ok(match (old, new) {
+        (Captured::Whole(o), Captured::Whole(n)) if o.get() == n.get() => (None, None),
+        // Objects stay, even emptied: a parent that exists is not created
+        // again by a restoring patch.
+        (Captured::Object(o), Captured::Object(n)) => {
+            let (mut old_map, mut new_map) = (Map::new(), Map::new());
+            for (key, old_child) in o {
+                match find(n, key) {
+                    Some(new_child) => {
+                        let (o, n) = pair(old_child, new_child, depth)?;
+                        o.map(|v| old_map.insert(key.clone(), v));
+                        n.map(|v| new_map.insert(key.clone(), v));
+                    }
+                    None => {
+                        old_map.insert(key.clone(), build(old_child, depth).map_err(|e| (Side::Old, e))?);
+                    }
+                }
             }
-        })?;
-    Ok(status.filter(|s| !s.is_null()))
+            for (key, new_child) in n {
+                if find(o, key).is_none() {
+                    new_map.insert(key.clone(), build(new_child, depth).map_err(|e| (Side::New, e))?);
+                }
+            }
+            (Some(Value::Object(old_map)), Some(Value::Object(new_map)))
+        }
+        (Captured::Conditions(o), Captured::Conditions(n)) => {
+            let unchanged = unchanged_types(o, n);
+            let list = |items: &[Option<CapturedItem<'_>>], side| -> Result<Value, (Side, ProjectError)> {
+                let mut built = Vec::with_capacity(items.len());
+                for item in items {
+                    built.push(match item {
+                        Some(item) if !unchanged.contains(item.ty.as_ref()) => {
+                            build_item(item, depth).map_err(|e| (side, e))?
+                        }
+                        _ => Value::Null,
+                    });
+                }
+                Ok(Value::Array(built))
+            };
+            (Some(list(o, Side::Old)?), Some(list(n, Side::New)?))
+        }
+        (o, n) => (
+            Some(build(o, depth).map_err(|e| (Side::Old, e))?),
+            Some(build(n, depth).map_err(|e| (Side::New, e))?),
+        ),
+    })
+}
+
+/// The member `key` of a captured object: the last one, as a parse keeps.
+fn find<'c, 'de>(members: &'c [(String, Captured<'de>)], key: &str) -> Option<&'c Captured<'de>> {
+    members.iter().rev().find(|(k, _)| k == key).map(|(_, c)| c)
+}
+
+/// The condition types whose items are the same text, in the same order,
+/// in both lists.
+fn unchanged_types<'a>(old: &'a [Option<CapturedItem<'_>>], new: &'a [Option<CapturedItem<'_>>]) -> BTreeSet<&'a str> {
+    let mut by_type: BTreeMap<&str, (Vec<&CapturedItem<'_>>, Vec<&CapturedItem<'_>>)> = BTreeMap::new();
+    for item in old.iter().flatten() {
+        by_type.entry(item.ty.as_ref()).or_default().0.push(item);
+    }
+    for item in new.iter().flatten() {
+        by_type.entry(item.ty.as_ref()).or_default().1.push(item);
+    }
+    by_type
+        .into_iter()
+        .filter(|(_, (o, n))| o.len() == n.len() && o.iter().zip(n).all(|(a, b)| a.same_text(b)))
+        .map(|(ty, _)| ty)
+        .collect()
+}
+
+/// A captured value built as the projection holds it.
+fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
+    Ok(match captured {
+        Captured::Whole(raw) => build_text(raw, depth)?,
+        Captured::Object(members) => {
+            let mut map = Map::new();
+            for (key, child) in members {
+                map.insert(key.clone(), build(child, depth)?);
+            }
+            Value::Object(map)
+        }
+        Captured::Conditions(items) => {
+            let mut built = Vec::with_capacity(items.len());
+            for item in items {
+                built.push(match item {
+                    Some(item) => build_item(item, depth)?,
+                    None => Value::Null,
+                });
+            }
+            Value::Array(built)
+        }
+        Captured::Settled(value) => value.clone(),
+    })
+}
+
+fn build_item(item: &CapturedItem<'_>, depth: Depth) -> Result<Value, ProjectError> {
+    let mut map = Map::new();
+    for (key, raw) in &item.members {
+        map.insert(key.as_ref().to_owned(), build_text(raw, depth)?);
+    }
+    Ok(Value::Object(map))
+}
+
+fn build_text(raw: &RawValue, depth: Depth) -> Result<Value, ProjectError> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    if depth == Depth::Unbounded {
+        deserializer.disable_recursion_limit();
+    }
+    crate::value_budget::build(&mut deserializer).map_err(project_error)
 }
 
 /// serde_json names no error code publicly; this is its message for
@@ -142,49 +350,49 @@ impl<'de, 't> Visitor<'de> for ChildKey<'t> {
     }
 }
 
-/// A value projected on `tree`: whole where the tree reads it whole, else
-/// only the keys the tree names.
-pub(crate) struct Projection<'t>(pub(crate) &'t PathTree, pub(crate) Depth);
+/// A value captured on `tree`: its text where the tree reads it whole,
+/// else only the keys the tree names.
+pub(crate) struct Capture<'t>(pub(crate) &'t PathTree);
 
-impl<'de> DeserializeSeed<'de> for Projection<'_> {
-    type Value = Value;
+impl<'de> DeserializeSeed<'de> for Capture<'_> {
+    type Value = Captured<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         if self.0.is_whole() {
-            crate::value_budget::build(deserializer)
+            <&'de RawValue>::deserialize(deserializer).map(Captured::Whole)
         } else if let Some(types) = self.0.condition_types() {
-            deserializer.deserialize_any(ConditionsOf(types, self.1))
+            deserializer.deserialize_any(ConditionsOf(types))
         } else {
             deserializer.deserialize_any(self)
         }
     }
 }
 
-/// The scalar visits of a projecting visitor: `null` becomes `$null`, any
+/// The scalar visits of a capturing visitor: `null` becomes `$null`, any
 /// other scalar `$other`.
 macro_rules! scalars_as {
     ($null:expr, $other:expr) => {
-        fn visit_unit<E>(self) -> Result<Value, E> {
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
             Ok($null)
         }
 
-        fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
             Ok($other)
         }
 
-        fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
             Ok($other)
         }
 
-        fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
             Ok($other)
         }
 
-        fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
             Ok($other)
         }
 
-        fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
             Ok($other)
         }
     };
@@ -193,127 +401,114 @@ macro_rules! scalars_as {
 /// What stands for a parent that is not an object: only its kind matters.
 const NOT_AN_OBJECT: Value = Value::Bool(false);
 
-impl<'de> Visitor<'de> for Projection<'_> {
-    type Value = Value;
+impl<'de> Visitor<'de> for Capture<'_> {
+    type Value = Captured<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut projected = Map::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members: Vec<(String, Captured<'de>)> = Vec::new();
         while let Some(key) = map.next_key_seed(ChildKey(self.0))? {
             match key {
                 Some((key, child)) => {
-                    let value = map.next_value_seed(Projection(child, self.1))?;
+                    let value = map.next_value_seed(Capture(child))?;
                     // The last of duplicate keys wins, as in Go and serde_json.
-                    projected.insert(key, value);
+                    members.retain(|(k, _)| *k != key);
+                    members.push((key, value));
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(Value::Object(projected))
+        Ok(Captured::Object(members))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(NOT_AN_OBJECT)
+        Ok(Captured::Settled(NOT_AN_OBJECT))
     }
 
-    scalars_as!(Value::Null, NOT_AN_OBJECT);
+    scalars_as!(Captured::Settled(Value::Null), Captured::Settled(NOT_AN_OBJECT));
 }
 
-/// A conditions list: every item kept in place, read whole only when its
-/// type is one of the set (the others become `null`). Anything but a list
+/// A conditions list: every item kept in place, captured only when its
+/// type is one of the set (the others are `None`). Anything but a list
 /// stands for what it is: absent, or not a list.
-struct ConditionsOf<'t>(&'t std::collections::BTreeSet<String>, Depth);
+struct ConditionsOf<'t>(&'t BTreeSet<String>);
 
-/// One item of a conditions list, read in one pass: its members are kept
-/// as unparsed text until its `type` (which Go writes last) is known; only
-/// an item of a read type is then built, the others become `null`.
-struct ConditionItem<'t>(&'t std::collections::BTreeSet<String>, Depth);
+/// One item of a conditions list: its members are kept as unparsed text;
+/// only an item of a read type is kept.
+struct ConditionItem<'t>(&'t BTreeSet<String>);
 
 impl<'de> DeserializeSeed<'de> for ConditionItem<'_> {
-    type Value = Value;
+    type Value = Option<CapturedItem<'de>>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ConditionItem<'_> {
-    type Value = Value;
+    type Value = Option<CapturedItem<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         // metav1.Condition has six members; room for them without regrowing.
-        let mut members: Vec<(std::borrow::Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(8);
+        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(8);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
         // The last `type` wins, as the last of duplicate keys does in a value.
-        let read = members
+        let ty = members
             .iter()
             .rev()
             .find(|(key, _)| key == "type")
             .and_then(|(_, raw)| {
                 serde_json::from_str::<&str>(raw.get())
-                    .map(std::borrow::Cow::Borrowed)
-                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(std::borrow::Cow::Owned))
+                    .map(Cow::Borrowed)
+                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(Cow::Owned))
                     .ok()
-            })
-            .is_some_and(|ty| self.0.contains(ty.as_ref()));
-        if !read {
-            return Ok(Value::Null);
-        }
-        let mut item = Map::new();
-        for (key, raw) in members {
-            let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-            if self.1 == Depth::Unbounded {
-                deserializer.disable_recursion_limit();
-            }
-            // A recursion-limit error keeps its message, which asks the
-            // caller for the unbounded parse.
-            let value = crate::value_budget::build(&mut deserializer).map_err(serde::de::Error::custom)?;
-            item.insert(key.into_owned(), value);
-        }
-        Ok(Value::Object(item))
+            });
+        Ok(ty
+            .filter(|ty| self.0.contains(ty.as_ref()))
+            .map(|ty| CapturedItem { ty, members }))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Value::Null)
+        Ok(None)
     }
 
-    scalars_as!(Value::Null, Value::Null);
+    scalars_as!(None, None);
 }
 
 impl<'de> Visitor<'de> for ConditionsOf<'_> {
-    type Value = Value;
+    type Value = Captured<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
-        while let Some(item) = seq.next_element_seed(ConditionItem(self.0, self.1))? {
+        while let Some(item) = seq.next_element_seed(ConditionItem(self.0))? {
             items.push(item);
         }
-        Ok(Value::Array(items))
+        Ok(Captured::Conditions(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(NOT_AN_OBJECT)
+        Ok(Captured::Settled(NOT_AN_OBJECT))
     }
 
-    scalars_as!(Value::Null, NOT_AN_OBJECT);
+    scalars_as!(Captured::Settled(Value::Null), Captured::Settled(NOT_AN_OBJECT));
 }
 
 #[cfg(test)]
@@ -396,6 +591,49 @@ mod tests {
         ));
         let status = project_status(raw, &tree, Depth::Unbounded).unwrap().unwrap();
         crate::ownership::drop_iteratively(status);
+    }
+
+    /// Values of the same text are left out of both statuses, and never
+    /// built: a deep one needs no unbounded parse. A changed value, and
+    /// each condition type whose items changed, are built on both sides.
+    #[test]
+    fn the_same_text_is_left_out_of_both_statuses_and_never_built() {
+        let conditions = FieldPath::parse("conditions").unwrap();
+        let paths: Vec<FieldPath> = ["a.b", "a.c", "d", "big"]
+            .iter()
+            .map(|p| FieldPath::parse(p).unwrap())
+            .collect();
+        let tree = PathTree::with_conditions(paths.iter(), &conditions, ["Ready".to_owned(), "Scaled".to_owned()]);
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let old = format!(
+            r#"{{"a": {{"b": 1, "c": [1]}}, "d": null, "big": {deep}, "conditions": [{{"type": "Ready", "s": 1}}, {{"type": "Scaled", "s": 1}}, {{"type": "Other"}}]}}"#
+        );
+        let new = format!(
+            r#"{{"a": {{"b": 1, "c": [2]}}, "big": {deep}, "conditions": [{{"type": "Ready", "s": 1}}, {{"type": "Scaled", "s": 2}}]}}"#
+        );
+        let (old, new): (&RawValue, &RawValue) =
+            (serde_json::from_str(&old).unwrap(), serde_json::from_str(&new).unwrap());
+        let captured = |raw| capture_status(raw, &tree, Depth::Bounded).unwrap();
+        let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded).unwrap();
+        assert_eq!(
+            statuses.old,
+            Some(Some(
+                json!({"a": {"c": [1]}, "d": null, "conditions": [null, {"type": "Scaled", "s": 1}, null]})
+            ))
+        );
+        assert_eq!(
+            statuses.new,
+            Some(Some(
+                json!({"a": {"c": [2]}, "conditions": [null, {"type": "Scaled", "s": 2}]})
+            ))
+        );
+        // A changed deep value still asks for the unbounded parse.
+        let changed = format!(r#"{{"big": {}}}"#, deep.replace("1]", "2]"));
+        let changed: &RawValue = serde_json::from_str(&changed).unwrap();
+        assert!(matches!(
+            realize(Some(captured(old)), Some(captured(changed)), Depth::Bounded),
+            Err((Side::Old | Side::New, ProjectError::TooDeep))
+        ));
     }
 
     #[test]
