@@ -363,6 +363,30 @@ where
     /// Calls for the same list and key add up. Refused before any write: a
     /// bad path, an empty key member or value, and a list that overlaps an
     /// owned field, the conditions list or another keyed list.
+    ///
+    /// ```no_run
+    /// # async fn reconcile(client: kube::Client) -> Result<(), statusguard::flush::FlushError> {
+    /// use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+    /// use serde_json::json;
+    /// use statusguard::flush::StatusWriter;
+    ///
+    /// let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+    /// let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+    /// let api: Api<DynamicObject> = Api::namespaced_with(client, "shop", &resource);
+    /// let me = "gateway.envoyproxy.io/gatewayclass-controller";
+    /// let writer = StatusWriter::new(api.clone()).owned_entries("parents", "controllerName", [me])?;
+    ///
+    /// let mut route = api.get("web").await?;
+    /// // Stage this controller's entries; any other entry staged is ignored:
+    /// // the flush sends every other entry as it reads it from the server.
+    /// route.data["status"]["parents"] = json!([{
+    ///     "parentRef": {"name": "eg"}, "controllerName": me,
+    ///     "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+    ///                     "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"}],
+    /// }]);
+    /// writer.flush(&mut route).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owned_entries<I, S>(mut self, list_path: &str, key_member: &str, values: I) -> Result<Self, FlushError>
     where
         I: IntoIterator<Item = S>,
