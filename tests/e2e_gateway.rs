@@ -5,9 +5,15 @@
 
 mod support;
 
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use kube::api::{WatchEvent, WatchParams};
 use serde_json::{Value, json};
+use statusguard::flush::{RetryPolicy, StatusWriter};
+use statusguard::ownership::{GroupResource, Ownership};
 use statusguard::rules::RulesSource;
-use support::gateway::{ENVOY, GatewayScenario, ISTIO, Implementation, controllers, parent};
+use support::gateway::{ENVOY, GROUP, GatewayScenario, ISTIO, Implementation, controllers, httproutes, parent};
 use support::scenario::Written;
 use support::webhook::{RunningServer, config, files, write_pair};
 
@@ -339,4 +345,214 @@ async fn the_gateway_api_example_passes_check() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// How many times each implementation flushes in the library race.
+const FLUSHES: u64 = 30;
+
+/// An implementation's entry carrying `counter` in its Accepted condition's
+/// observedGeneration; `counted_entry(_, 1)` is the entry `route` creates.
+fn counted_entry(implementation: Implementation, counter: u64) -> Value {
+    let mut entry = parent(
+        implementation,
+        implementation.gateway_class,
+        &[("Accepted", "True"), ("ResolvedRefs", "True")],
+    );
+    entry["conditions"][0]["observedGeneration"] = json!(counter);
+    entry
+}
+
+/// The counters of `implementation`'s entries in one stored version, each
+/// checked to be an entry the implementation wrote whole (not a mix).
+fn counters(version: &Value, implementation: Implementation) -> Vec<u64> {
+    let rv = &version["metadata"]["resourceVersion"];
+    version["status"]["parents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["controllerName"] == implementation.controller_name)
+        .map(|entry| {
+            let counter = entry["conditions"][0]["observedGeneration"].as_u64().unwrap_or(0);
+            assert_eq!(
+                entry,
+                &counted_entry(implementation, counter),
+                "version {rv}: {implementation:?}'s entry is one it wrote"
+            );
+            counter
+        })
+        .collect()
+}
+
+/// The validating webhook's answers for httproutes, by decision.
+fn validate_decisions(metrics: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("statusguard_admission_requests_total{")
+                && l.contains("endpoint=\"validate\"")
+                && l.contains("resource=\"httproutes\"")
+        })
+        .filter_map(|l| {
+            let decision = l.split("decision=\"").nth(1)?.split('"').next()?.to_owned();
+            let value = l.rsplit(' ').next()?.parse().ok()?;
+            Some((decision, value))
+        })
+        .collect()
+}
+
+/// Both implementations flush their own entry FLUSHES times at once through
+/// the library, each from the copy it read once before the race (a stale
+/// resourceVersion, a stale entry of the other implementation, its own entry
+/// as it first read it), with a new counter in its entry each time. A watch
+/// opened before the race records every stored version, and the oracle
+/// checks each: both entries are there, in their places, each one its
+/// implementation wrote, and neither counter ever goes down.
+async fn library_flushes_race(g: &GatewayScenario, name: &str) {
+    let created = route(g, name).await;
+    let start = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let watched = httproutes(&g.admin, &g.namespace);
+    let mut events = watched
+        .watch(&WatchParams::default().fields(&format!("metadata.name={name}")), &start)
+        .await
+        .unwrap()
+        .boxed();
+    // Each successful flush stores exactly one version (its counter is new).
+    let expected = usize::try_from(2 * FLUSHES).unwrap();
+    let versions = async move {
+        let mut versions: Vec<Value> = Vec::new();
+        while versions.len() < expected {
+            let event = tokio::time::timeout(Duration::from_secs(120), events.next())
+                .await
+                .unwrap_or_else(|_| panic!("only {} of {expected} versions were watched", versions.len()));
+            match event {
+                Some(Ok(WatchEvent::Modified(object))) => versions.push(serde_json::to_value(object).unwrap()),
+                Some(Ok(WatchEvent::Bookmark(_))) => {}
+                other => panic!("after {} versions: {other:?}", versions.len()),
+            }
+        }
+        versions
+    };
+
+    let ownership = Ownership::from_yaml(include_str!("../examples/gateway-api.yaml")).unwrap();
+    let routes = GroupResource::new(GROUP, "httproutes");
+    let mut stale = Vec::new();
+    for implementation in [ENVOY, ISTIO] {
+        let api = httproutes(g.client(implementation), &g.namespace);
+        stale.push(api.get(name).await.unwrap());
+    }
+    let flusher = |implementation: Implementation, stale: kube::api::DynamicObject| {
+        let (ownership, routes) = (&ownership, &routes);
+        async move {
+            let api = httproutes(g.client(implementation), &g.namespace);
+            // Every first attempt conflicts (its resourceVersion is the stale
+            // one) and a retry may lose the race again: room for both.
+            let retry = RetryPolicy::new(100, Duration::from_millis(2))
+                .unwrap()
+                .jitter(1.0)
+                .unwrap();
+            let writer = StatusWriter::for_writer(api, ownership, routes, &implementation.username())
+                .unwrap()
+                .retry(retry);
+            let mut attempts = Vec::new();
+            for counter in 2..=FLUSHES + 1 {
+                let mut staged = stale.clone();
+                let parents = staged.data["status"]["parents"].as_array_mut().unwrap();
+                let own = parents
+                    .iter_mut()
+                    .find(|p| p["controllerName"] == implementation.controller_name)
+                    .unwrap();
+                *own = counted_entry(implementation, counter);
+                let report = writer
+                    .flush(&mut staged)
+                    .await
+                    .unwrap_or_else(|e| panic!("{implementation:?}'s flush {counter}: {e}"));
+                attempts.push(report.attempts);
+            }
+            attempts
+        }
+    };
+    let mut stale = stale.into_iter();
+    let (envoy_attempts, istio_attempts, versions) = tokio::join!(
+        flusher(ENVOY, stale.next().unwrap()),
+        flusher(ISTIO, stale.next().unwrap()),
+        versions
+    );
+
+    // The watch saw every version there is: its last is the stored object.
+    let stored = g.get(&g.admin, name).await;
+    assert_eq!(
+        versions.last().unwrap()["metadata"]["resourceVersion"],
+        stored["metadata"]["resourceVersion"],
+        "no version after the ones the flushes made"
+    );
+    // The oracle, on every stored version.
+    let mut last = [1, 1];
+    let mut writers = Vec::new();
+    for version in &versions {
+        let rv = &version["metadata"]["resourceVersion"];
+        assert_eq!(
+            controllers(version),
+            [ENVOY.controller_name, ISTIO.controller_name],
+            "version {rv}: both entries, once each, where they stood"
+        );
+        for (i, implementation) in [ENVOY, ISTIO].into_iter().enumerate() {
+            let counter = counters(version, implementation)[0];
+            assert!(
+                counter >= last[i],
+                "version {rv}: {implementation:?}'s entry rolled back from {} to {counter}",
+                last[i]
+            );
+            if counter > last[i] {
+                writers.push(i);
+            }
+            last[i] = counter;
+        }
+    }
+    assert_eq!(
+        last,
+        [FLUSHES + 1; 2],
+        "each entry holds its implementation's last flush"
+    );
+    assert_eq!(writers.len(), versions.len(), "each version is one flush");
+    // Not vacuous: the flushes conflicted and the versions interleave.
+    for (implementation, attempts) in [(ENVOY, &envoy_attempts), (ISTIO, &istio_attempts)] {
+        assert!(
+            attempts.iter().any(|&a| a > 1),
+            "{implementation:?} never retried: {attempts:?}"
+        );
+    }
+    let switches = writers.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        switches >= 2,
+        "the two implementations' versions interleave: {writers:?}"
+    );
+    eprintln!(
+        "library race: {switches} switches between writers; attempts envoy {envoy_attempts:?} istio {istio_attempts:?}"
+    );
+}
+
+#[tokio::test]
+async fn racing_library_flushes_under_enforce_never_roll_back_or_lose_an_entry() {
+    let g = GatewayScenario::new("e2e-gateway-flush-enforce").await;
+    let (server, _dir) = guard(&g, "enforce").await;
+    let before = validate_decisions(&server.app.metrics.encode());
+    library_flushes_race(&g, "library-race").await;
+    let after = validate_decisions(&server.app.metrics.encode());
+    let count = |decisions: &[(String, f64)], wanted: &str| -> f64 {
+        decisions.iter().filter(|(d, _)| d == wanted).map(|(_, v)| v).sum()
+    };
+    assert_eq!(count(&after, "denied"), 0.0, "the library is never denied: {after:?}");
+    // statusguard judged every stored flush (a write whose resourceVersion
+    // is stale fails before validating admission).
+    assert!(
+        count(&after, "allowed") - count(&before, "allowed") >= (2 * FLUSHES) as f64,
+        "{before:?} -> {after:?}"
+    );
+    g.unregister().await;
+}
+
+#[tokio::test]
+async fn racing_library_flushes_without_a_webhook_never_roll_back_or_lose_an_entry() {
+    let g = GatewayScenario::new("e2e-gateway-flush-bare").await;
+    library_flushes_race(&g, "library-race").await;
 }

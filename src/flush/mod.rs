@@ -7,9 +7,12 @@
 //! (one GET), checks its uid, and sends a JSON merge patch that holds only
 //! `metadata.resourceVersion` (the optimistic lock), the owned fields
 //! ([`StatusWriter::owned_fields`], or [`StatusWriter::for_writer`] from the
-//! ownership document the webhook enforces) and the conditions list: the
-//! owned condition types as staged, every other type as stored. Other
-//! writers' fields are never sent, so they can never be rolled back.
+//! ownership document the webhook enforces), the conditions list (the owned
+//! condition types as staged, every other type as stored) and each keyed
+//! list the writer owns entries of ([`StatusWriter::owned_entries`]: its
+//! entries as staged, every other entry as stored). Other writers' fields
+//! are never sent, and their items only as the attempt just read them, so
+//! they can never be rolled back.
 //!
 //! A flush that fails leaves the caller's object exactly as it was; one that
 //! succeeds replaces it with what the API server stored.
@@ -17,7 +20,8 @@
 //! Semantics the webhook shares: inside an owned value, an absent member and
 //! a `null` one are the same (a `null` is sent as a removal). A staged status
 //! without a conditions list leaves every condition as stored; to remove an
-//! owned condition, stage the list without it.
+//! owned condition, stage the list without it. The same holds for a keyed
+//! list and its entries.
 //!
 //! A misspelled path does nothing on a CRD with a structural schema: the API
 //! server prunes unknown fields from the patch. [`StatusWriter::check_schema`]
@@ -57,10 +61,11 @@
 //!     {"type": "Scaled", "status": "True"}]}});
 //! let patch = status_merge_patch(&owned, &conditions, &staged, &stored, "41");
 //! // "41" locks the write; `replicas` is not ours and not sent; the stored
-//! // `total: 0` the staged summary lacks is removed; Scaled stays as stored.
+//! // `total: 0` the staged summary lacks is removed; Scaled stays as stored,
+//! // where it stood, and the new Ready follows it.
 //! assert_eq!(patch, json!({"metadata": {"resourceVersion": "41"},
 //!     "status": {"summary": {"ready": 2, "total": null}, "conditions": [
-//!         {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]}}));
+//!         {"type": "Scaled", "status": "True"}, {"type": "Ready", "status": "True"}]}}));
 //! ```
 
 use std::fmt::Debug;
@@ -74,7 +79,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::ownership::{FieldPath, GroupResource, Ownership, Parents, PathError, drop_nested};
+use crate::ownership::{FieldPath, GroupResource, KeyedList, Ownership, Parents, PathError, drop_nested};
 use crate::rules::{ConfigMapRef, LoadError, fetch_configmap};
 
 mod patch;
@@ -98,6 +103,25 @@ pub enum FlushError {
         path: String,
         /// The conditions path.
         conditions: String,
+    },
+    /// A keyed list overlaps an owned field, the conditions list or another
+    /// keyed list: one value would have two rules.
+    #[error(
+        "keyed list status.{list} overlaps {other}; a list path may not overlap a field, the conditions or another list"
+    )]
+    ListOverlaps {
+        /// The keyed list's path.
+        list: String,
+        /// What it overlaps, e.g. `the owned field status.summary`.
+        other: String,
+    },
+    /// A keyed list declared without a key member, or with an empty key value.
+    #[error("keyed list status.{list}: {problem}")]
+    InvalidList {
+        /// The keyed list's path.
+        list: String,
+        /// What is wrong.
+        problem: &'static str,
     },
     /// A staged parent of an owned path is a value that is not an object.
     #[error("owned field status.{path} runs below a value that is not an object in the staged status")]
@@ -309,7 +333,7 @@ where
             fields.push(FieldPath::parse(text.as_ref())?);
         }
         self.owned.fields = drop_nested(fields);
-        self.check_conditions_overlap()?;
+        self.check_overlaps()?;
         Ok(self)
     }
 
@@ -327,7 +351,64 @@ where
     /// Where the conditions list lives below `.status` (default `conditions`).
     pub fn conditions_path(mut self, path: &str) -> Result<Self, FlushError> {
         self.conditions_path = FieldPath::parse(path)?;
-        self.check_conditions_overlap()?;
+        self.check_overlaps()?;
+        Ok(self)
+    }
+
+    /// Declares owned entries of a keyed list: the entries of the list at
+    /// `list_path` (a dot path below `.status`) whose `key_member` holds one
+    /// of `values` are written as staged; entries with any other key value,
+    /// or none, stay as the server holds them. Gateway API's
+    /// `owned_entries("parents", "controllerName", [my_controller_name])`.
+    /// Calls for the same list and key add up. Refused before any write: a
+    /// bad path, an empty key member or value, and a list that overlaps an
+    /// owned field, the conditions list or another keyed list.
+    ///
+    /// ```no_run
+    /// # async fn reconcile(client: kube::Client) -> Result<(), statusguard::flush::FlushError> {
+    /// use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+    /// use serde_json::json;
+    /// use statusguard::flush::StatusWriter;
+    ///
+    /// let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+    /// let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+    /// let api: Api<DynamicObject> = Api::namespaced_with(client, "shop", &resource);
+    /// let me = "gateway.envoyproxy.io/gatewayclass-controller";
+    /// let writer = StatusWriter::new(api.clone()).owned_entries("parents", "controllerName", [me])?;
+    ///
+    /// let mut route = api.get("web").await?;
+    /// // Stage this controller's entries; any other entry staged is ignored:
+    /// // the flush sends every other entry as it reads it from the server.
+    /// route.data["status"]["parents"] = json!([{
+    ///     "parentRef": {"name": "eg"}, "controllerName": me,
+    ///     "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+    ///                     "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"}],
+    /// }]);
+    /// writer.flush(&mut route).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn owned_entries<I, S>(mut self, list_path: &str, key_member: &str, values: I) -> Result<Self, FlushError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let list = KeyedList {
+            path: FieldPath::parse(list_path)?,
+            key: key_member.to_owned(),
+        };
+        let invalid = |problem| FlushError::InvalidList {
+            list: list.path.to_string(),
+            problem,
+        };
+        if list.key.is_empty() {
+            return Err(invalid("the key member is empty"));
+        }
+        let values: Vec<String> = values.into_iter().map(Into::into).collect();
+        if values.iter().any(String::is_empty) {
+            return Err(invalid("an owned key value is empty"));
+        }
+        self.owned = std::mem::take(&mut self.owned).with_entries(list, values);
+        self.check_overlaps()?;
         Ok(self)
     }
 
@@ -352,7 +433,16 @@ where
         let mut writer = Self::new(api);
         writer.conditions_path = rules.conditions_path.clone();
         if let Some(w) = rules.writer(username) {
-            writer.owned = Owned::new(w.fields.iter().cloned(), w.conditions.iter().cloned());
+            let mut owned = Owned::new(w.fields.iter().cloned(), w.conditions.iter().cloned());
+            // The document was validated when parsed: its lists overlap
+            // nothing. A list the writer holds no value of is not sent.
+            for list in &rules.lists {
+                let values = w.entries_of(&list.path);
+                if !values.is_empty() {
+                    owned = owned.with_entries(list.clone(), values.iter().cloned());
+                }
+            }
+            writer.owned = owned;
         }
         Ok(writer)
     }
@@ -369,14 +459,36 @@ where
         Self::for_writer(api, &ownership, resource, username)
     }
 
-    fn check_conditions_overlap(&self) -> Result<(), FlushError> {
-        match self.owned.fields.iter().find(|p| p.overlaps(&self.conditions_path)) {
-            Some(path) => Err(FlushError::OverlapsConditions {
+    /// Each owned value has one rule: no field overlaps the conditions
+    /// list, and no keyed list overlaps a field, the conditions or another
+    /// keyed list (the same list with the same key is one list).
+    fn check_overlaps(&self) -> Result<(), FlushError> {
+        let conditions = &self.conditions_path;
+        if let Some(path) = self.owned.fields.iter().find(|p| p.overlaps(conditions)) {
+            return Err(FlushError::OverlapsConditions {
                 path: path.to_string(),
-                conditions: self.conditions_path.to_string(),
-            }),
-            None => Ok(()),
+                conditions: conditions.to_string(),
+            });
         }
+        for (i, (list, _)) in self.owned.entries.iter().enumerate() {
+            let other = if let Some(field) = self.owned.fields.iter().find(|f| f.overlaps(&list.path)) {
+                format!("the owned field status.{field}")
+            } else if list.path.overlaps(conditions) {
+                format!("the conditions list at status.{conditions}")
+            } else if let Some((other, _)) = self.owned.entries[..i]
+                .iter()
+                .find(|(o, _)| o.path.overlaps(&list.path))
+            {
+                format!("the keyed list status.{} (key {:?})", other.path, other.key)
+            } else {
+                continue;
+            };
+            return Err(FlushError::ListOverlaps {
+                list: list.path.to_string(),
+                other,
+            });
+        }
+        Ok(())
     }
 
     /// Writes what the writer owns of the staged object's status. On success

@@ -7,9 +7,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use super::{FlushError, StatusWriter};
 
 impl<K> StatusWriter<K> {
-    /// Owned field paths that the CRD's structural schema for `version`
-    /// would prune: each must be declared under `status` in
-    /// `openAPIV3Schema`, unless a parent preserves unknown fields.
+    /// Owned field paths, the conditions path and owned keyed lists that
+    /// the CRD's structural schema for `version` would prune: each must be
+    /// declared under `status` in `openAPIV3Schema`, unless a parent
+    /// preserves unknown fields.
     pub fn check_schema(&self, crd: &CustomResourceDefinition, version: &str) -> Result<(), FlushError> {
         let status = crd
             .spec
@@ -26,6 +27,7 @@ impl<K> StatusWriter<K> {
             .fields
             .iter()
             .chain(std::iter::once(&self.conditions_path))
+            .chain(self.owned.entries.iter().map(|(list, _)| &list.path))
             .filter(|p| !schema_has(status, p.segments()))
             .map(ToString::to_string)
             .collect();

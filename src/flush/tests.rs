@@ -3,9 +3,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use super::patch::merge_conditions;
+use super::patch::merge_keyed;
 use super::*;
-use crate::ownership::same_value;
+use crate::ownership::{KeyedList, same_value};
 
 fn paths(texts: &[&str]) -> Vec<FieldPath> {
     drop_nested(texts.iter().map(|t| FieldPath::parse(t).unwrap()).collect())
@@ -136,6 +136,17 @@ fn without_a_staged_conditions_list_no_condition_is_touched() {
     );
 }
 
+fn types() -> KeyedList {
+    KeyedList {
+        path: conditions(),
+        key: "type".to_owned(),
+    }
+}
+
+fn merge_conditions(staged: &[Value], stored: &[Value], owned: &BTreeSet<String>) -> Vec<Value> {
+    merge_keyed(&types(), staged, stored, owned)
+}
+
 #[test]
 fn owned_conditions_win_and_the_others_come_from_the_server() {
     let owned: BTreeSet<String> = ["Ready".to_owned()].into();
@@ -148,11 +159,12 @@ fn owned_conditions_win_and_the_others_come_from_the_server() {
         json!({"type": "Ready", "status": "False"}),
         json!({"type": "Healthy", "status": "True"}),
     ];
+    // In the stored order: the staged order of a stale copy moves no one's item.
     assert_eq!(
         merge_conditions(&staged, &stored, &owned),
         [
-            json!({"type": "Ready", "status": "True"}),
             json!({"type": "Scaled", "status": "True"}),
+            json!({"type": "Ready", "status": "True"}),
             json!({"type": "Healthy", "status": "True"}),
         ]
     );
@@ -312,3 +324,5 @@ fn retry_policies_are_checked_when_built_and_never_panic() {
         .unwrap();
     assert!(most_retries.delays().take(1000).all(|delay| delay <= MAX_RETRY_DELAY));
 }
+
+mod keyed;
