@@ -385,11 +385,16 @@ fn counters(version: &Value, implementation: Implementation) -> Vec<u64> {
 
 /// The validating webhook's answers for httproutes, by decision.
 fn validate_decisions(metrics: &str) -> Vec<(String, f64)> {
+    decisions_at(metrics, "validate")
+}
+
+fn decisions_at(metrics: &str, endpoint: &str) -> Vec<(String, f64)> {
+    let endpoint = format!("endpoint=\"{endpoint}\"");
     metrics
         .lines()
         .filter(|l| {
             l.starts_with("statusguard_admission_requests_total{")
-                && l.contains("endpoint=\"validate\"")
+                && l.contains(&endpoint)
                 && l.contains("resource=\"httproutes\"")
         })
         .filter_map(|l| {
@@ -547,6 +552,28 @@ async fn racing_library_flushes_under_enforce_never_roll_back_or_lose_an_entry()
     assert!(
         count(&after, "allowed") - count(&before, "allowed") >= (2 * FLUSHES) as f64,
         "{before:?} -> {after:?}"
+    );
+    g.unregister().await;
+}
+
+/// Under trim, the library's flushes never need a restore: the mutating
+/// webhook trims nothing, and nothing is rolled back or lost.
+#[tokio::test]
+async fn racing_library_flushes_under_trim_are_never_trimmed() {
+    let g = GatewayScenario::new("e2e-gateway-flush-trim").await;
+    let (server, _dir) = guard(&g, "trim").await;
+    library_flushes_race(&g, "library-race").await;
+    let metrics = server.app.metrics.encode();
+    let mutated = decisions_at(&metrics, "mutate");
+    let count = |wanted: &str| -> f64 { mutated.iter().filter(|(d, _)| d == wanted).map(|(_, v)| v).sum() };
+    assert_eq!(count("trimmed"), 0.0, "{mutated:?}");
+    assert!(count("allowed") >= (2 * FLUSHES) as f64, "{mutated:?}");
+    assert_eq!(
+        validate_decisions(&metrics)
+            .iter()
+            .filter(|(d, _)| d == "denied")
+            .count(),
+        0
     );
     g.unregister().await;
 }
