@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
 fn facts(request: &ReviewRequest<'_>) -> String {
     let metadata = |o: &Option<statusguard::admission::wire::ObjectView<'_>>| {
         o.as_ref()
-            .map(|o| (o.metadata.uid.as_deref().map(str::to_owned), o.metadata.managed_fields.map(|m| m.get().to_owned())))
+            .map(|o| (o.metadata.uid.as_deref().map(str::to_owned), o.metadata.managed_fields.map(managed_fields)))
     };
     format!(
         "{} {:?} {} {:?} {} {:?} {:?} {:?}",
@@ -71,6 +71,12 @@ fn facts(request: &ReviewRequest<'_>) -> String {
         metadata(&request.object),
         metadata(&request.old_object)
     )
+}
+
+/// The managedFields as read: text written in another member order is the
+/// same value.
+fn managed_fields(text: &serde_json::value::RawValue) -> Option<Value> {
+    serde_json::from_str(text.get()).ok()
 }
 
 /// A review of a Widget (or, now and then, of something the rules do not
