@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::wire::BorrowedKey;
-use crate::ownership::PathTree;
+use crate::ownership::{KeyedItems, PathTree};
 
 /// The statuses of `oldObject` and `object`, projected: `None` for an
 /// absent (or `null`) object, `Some(None)` for an object without a status.
@@ -64,8 +64,9 @@ pub(crate) enum ProjectError {
 /// nothing else: each read path with its whole value, and the object
 /// parents that lead to it. A parent that is not an object is kept as
 /// `false` (it only matters that it is not an object); a `null` status is
-/// `None`. In the conditions list, an item of a type `paths` does not read
-/// is kept as `null`, so that every item keeps its index. (The readers
+/// `None`. In a list read item by item (the conditions, a keyed list), an
+/// item whose key `paths` does not read is kept as `null`, so that every
+/// item keeps its index. (The readers
 /// capture both statuses and [`realize`] them together.)
 #[cfg(test)]
 pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
@@ -86,17 +87,19 @@ pub(crate) enum Captured<'de> {
     /// An object the paths lead through: the members they read below it
     /// (the last of duplicate keys wins, as in Go and serde_json).
     Object(Vec<(String, Captured<'de>)>),
-    /// A conditions list: each item in place, `None` where its type is not read.
-    Conditions(Vec<Option<CapturedItem<'de>>>),
+    /// A list read item by item (the conditions, a keyed list): each item
+    /// in place, `None` where its key is not read.
+    Items(Vec<Option<CapturedItem<'de>>>),
     /// Anything else, as the projection holds it: `null`, or
     /// [`NOT_AN_OBJECT`] for a parent of another kind.
     Settled(Value),
 }
 
-/// A condition item of a read type: its type and its members' text.
+/// An item of a list read item by item, whose key is read: the key's value
+/// (a condition's type, a keyed entry's owner) and its members' text.
 #[derive(Debug)]
 pub(crate) struct CapturedItem<'de> {
-    ty: Cow<'de, str>,
+    key: Cow<'de, str>,
     members: Vec<(Cow<'de, str>, &'de RawValue)>,
 }
 
@@ -148,8 +151,9 @@ pub(crate) enum Side {
 
 /// The two captured statuses of a write, projected as [`project_status`]
 /// projects each, except that every read value whose text is the same in
-/// both is left out of both (and every condition type whose items are the
-/// same text, in the same order, is `null` in both): the decision finds
+/// both is left out of both (and, in a list read item by item, every key
+/// value whose items are the same text, in the same order, is `null` in
+/// both): the decision finds
 /// nothing changed there, as it would have after building and comparing
 /// them. Only values whose text differs are built, with the full semantics
 /// (absent equals `null`, exact numbers, items in any order).
@@ -206,13 +210,13 @@ fn pair(
             }
             (Some(Value::Object(old_map)), Some(Value::Object(new_map)))
         }
-        (Captured::Conditions(o), Captured::Conditions(n)) => {
-            let unchanged = unchanged_types(o, n);
+        (Captured::Items(o), Captured::Items(n)) => {
+            let unchanged = unchanged_keys(o, n);
             let list = |items: &[Option<CapturedItem<'_>>], side| -> Result<Value, (Side, ProjectError)> {
                 let mut built = Vec::with_capacity(items.len());
                 for item in items {
                     built.push(match item {
-                        Some(item) if !unchanged.contains(item.ty.as_ref()) => {
+                        Some(item) if !unchanged.contains(item.key.as_ref()) => {
                             build_item(item, depth).map_err(|e| (side, e))?
                         }
                         _ => Value::Null,
@@ -234,15 +238,15 @@ fn find<'c, 'de>(members: &'c [(String, Captured<'de>)], key: &str) -> Option<&'
     members.iter().rev().find(|(k, _)| k == key).map(|(_, c)| c)
 }
 
-/// The condition types whose items are the same text, in the same order,
-/// in both lists.
-fn unchanged_types<'a>(old: &'a [Option<CapturedItem<'_>>], new: &'a [Option<CapturedItem<'_>>]) -> BTreeSet<&'a str> {
+/// The key values (condition types, entry owners) whose items are the same
+/// text, in the same order, in both lists.
+fn unchanged_keys<'a>(old: &'a [Option<CapturedItem<'_>>], new: &'a [Option<CapturedItem<'_>>]) -> BTreeSet<&'a str> {
     let mut by_type: BTreeMap<&str, (Vec<&CapturedItem<'_>>, Vec<&CapturedItem<'_>>)> = BTreeMap::new();
     for item in old.iter().flatten() {
-        by_type.entry(item.ty.as_ref()).or_default().0.push(item);
+        by_type.entry(item.key.as_ref()).or_default().0.push(item);
     }
     for item in new.iter().flatten() {
-        by_type.entry(item.ty.as_ref()).or_default().1.push(item);
+        by_type.entry(item.key.as_ref()).or_default().1.push(item);
     }
     by_type
         .into_iter()
@@ -262,7 +266,7 @@ fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
             }
             Value::Object(map)
         }
-        Captured::Conditions(items) => {
+        Captured::Items(items) => {
             let mut built = Vec::with_capacity(items.len());
             for item in items {
                 built.push(match item {
@@ -360,8 +364,8 @@ impl<'de> DeserializeSeed<'de> for Capture<'_> {
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         if self.0.is_whole() {
             <&'de RawValue>::deserialize(deserializer).map(Captured::Whole)
-        } else if let Some(types) = self.0.condition_types() {
-            deserializer.deserialize_any(ConditionsOf(types))
+        } else if let Some(keyed) = self.0.keyed() {
+            deserializer.deserialize_any(ItemsOf(keyed))
         } else {
             deserializer.deserialize_any(self)
         }
@@ -434,16 +438,17 @@ impl<'de> Visitor<'de> for Capture<'_> {
     scalars_as!(Captured::Settled(Value::Null), Captured::Settled(NOT_AN_OBJECT));
 }
 
-/// A conditions list: every item kept in place, captured only when its
-/// type is one of the set (the others are `None`). Anything but a list
-/// stands for what it is: absent, or not a list.
-struct ConditionsOf<'t>(&'t BTreeSet<String>);
+/// A list read item by item (the conditions, a keyed list): every item
+/// kept in place, captured only when its key is one of the read values (the
+/// others are `None`). Anything but a list stands for what it is: absent,
+/// or not a list.
+struct ItemsOf<'t>(&'t KeyedItems);
 
-/// One item of a conditions list: its members are kept as unparsed text;
-/// only an item of a read type is kept.
-struct ConditionItem<'t>(&'t BTreeSet<String>);
+/// One item of such a list: its members are kept as unparsed text; only an
+/// item whose key is read is kept.
+struct ListItem<'t>(&'t KeyedItems);
 
-impl<'de> DeserializeSeed<'de> for ConditionItem<'_> {
+impl<'de> DeserializeSeed<'de> for ListItem<'_> {
     type Value = Option<CapturedItem<'de>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -451,7 +456,7 @@ impl<'de> DeserializeSeed<'de> for ConditionItem<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for ConditionItem<'_> {
+impl<'de> Visitor<'de> for ListItem<'_> {
     type Value = Option<CapturedItem<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -464,20 +469,21 @@ impl<'de> Visitor<'de> for ConditionItem<'_> {
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
-        // The last `type` wins, as the last of duplicate keys does in a value.
-        let ty = members
+        // The last key member wins, as the last of duplicate keys does in a value.
+        let member = self.0.member.as_str();
+        let key = members
             .iter()
             .rev()
-            .find(|(key, _)| key == "type")
+            .find(|(key, _)| key == member)
             .and_then(|(_, raw)| {
                 serde_json::from_str::<&str>(raw.get())
                     .map(Cow::Borrowed)
                     .or_else(|_| serde_json::from_str::<String>(raw.get()).map(Cow::Owned))
                     .ok()
             });
-        Ok(ty
-            .filter(|ty| self.0.contains(ty.as_ref()))
-            .map(|ty| CapturedItem { ty, members }))
+        Ok(key
+            .filter(|key| self.0.values.contains(key.as_ref()))
+            .map(|key| CapturedItem { key, members }))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -488,7 +494,7 @@ impl<'de> Visitor<'de> for ConditionItem<'_> {
     scalars_as!(None, None);
 }
 
-impl<'de> Visitor<'de> for ConditionsOf<'_> {
+impl<'de> Visitor<'de> for ItemsOf<'_> {
     type Value = Captured<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -497,10 +503,10 @@ impl<'de> Visitor<'de> for ConditionsOf<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
-        while let Some(item) = seq.next_element_seed(ConditionItem(self.0))? {
+        while let Some(item) = seq.next_element_seed(ListItem(self.0))? {
             items.push(item);
         }
-        Ok(Captured::Conditions(items))
+        Ok(Captured::Items(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {

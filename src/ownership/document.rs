@@ -184,14 +184,17 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     }
     check_single_owners(&writers, at, problems);
     let conditions_path = conditions_path?;
-    let read_paths = PathTree::with_conditions(
-        writers
-            .iter()
-            .flat_map(|w| &w.fields)
-            .chain(lists.iter().map(|l| &l.path)),
+    let mut read_paths = PathTree::with_conditions(
+        writers.iter().flat_map(|w| &w.fields),
         &conditions_path,
         writers.iter().flat_map(|w| w.conditions.iter().cloned()),
     );
+    // A keyed list is read entry by entry, as the conditions are: an entry
+    // whose key value nobody declared is anyone's, and never compared.
+    for list in &lists {
+        let values = writers.iter().flat_map(|w| w.entries_of(&list.path).iter().cloned());
+        read_paths.add_keyed(&list.path, &list.key, values);
+    }
     let owners = OwnerIndex::of(&lists, &writers);
     Some(ResourceRules {
         group: r.group,

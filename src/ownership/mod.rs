@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 pub use item::{Item, Violation};
 pub use path::{FieldPath, Parents, PathError, condition_type, drop_iteratively, same_value};
-pub(crate) use path::{PathTree, write_canonical};
+pub(crate) use path::{KeyedItems, PathTree, write_canonical};
 
 /// The `apiVersion` of the ownership document.
 pub const API_VERSION: &str = "statusguard.dev/v1alpha1";

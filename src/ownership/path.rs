@@ -158,8 +158,17 @@ pub(crate) struct PathTree {
     children: std::collections::BTreeMap<String, PathTree>,
     /// The whole value here is read.
     whole: bool,
-    /// A conditions list: only items of these types are read whole.
-    condition_types: Option<std::collections::BTreeSet<String>>,
+    /// A list whose items are read whole only when their key member has one
+    /// of the owned values: the conditions (by `type`) and keyed lists.
+    keyed: Option<KeyedItems>,
+}
+
+/// Which items of a list are read: those whose string `member` is one of
+/// `values` (the others are nobody's, and never compared).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeyedItems {
+    pub(crate) member: String,
+    pub(crate) values: std::collections::BTreeSet<String>,
 }
 
 impl PathTree {
@@ -172,17 +181,26 @@ impl PathTree {
         types: impl IntoIterator<Item = String>,
     ) -> Self {
         let mut root = Self::of(fields);
-        let mut node = &mut root;
-        for segment in conditions.segments() {
-            node = node.children.entry(segment.clone()).or_default();
-        }
-        node.condition_types = Some(types.into_iter().collect());
+        root.add_keyed(conditions, "type", types);
         root
     }
 
-    /// At a conditions list: the types whose items are read.
-    pub fn condition_types(&self) -> Option<&std::collections::BTreeSet<String>> {
-        self.condition_types.as_ref()
+    /// Adds the list at `path`, whose items are read only when their string
+    /// `member` is one of `values`.
+    pub fn add_keyed(&mut self, path: &FieldPath, member: &str, values: impl IntoIterator<Item = String>) {
+        let mut node = self;
+        for segment in path.segments() {
+            node = node.children.entry(segment.clone()).or_default();
+        }
+        node.keyed = Some(KeyedItems {
+            member: member.to_owned(),
+            values: values.into_iter().collect(),
+        });
+    }
+
+    /// At a list read item by item: which items are read.
+    pub fn keyed(&self) -> Option<&KeyedItems> {
+        self.keyed.as_ref()
     }
 
     /// The tree of `paths`; a path below another one adds nothing.

@@ -459,8 +459,10 @@ fn a_keyed_list_and_its_writers_entries_compile() {
     assert_eq!(istiod.entries_of(&parents), [ISTIO, "odd=a,b;c:d'e"]);
     assert_eq!(r.owners.by_entry_key[0].get(ENVOY), Some(&(0, 0)));
     assert_eq!(r.owners.by_entry_key[0].get("odd=a,b;c:d'e"), Some(&(1, 1)));
-    // The list is read whole.
-    assert!(r.read_paths.child("parents").is_some_and(PathTree::is_whole));
+    // The list is read entry by entry: the entries of declared key values.
+    let read = r.read_paths.child("parents").and_then(PathTree::keyed).unwrap();
+    assert_eq!(read.member, "controllerName");
+    assert_eq!(read.values.iter().collect::<Vec<_>>(), [ENVOY, ISTIO, "odd=a,b;c:d'e"]);
 }
 
 #[test]
