@@ -251,6 +251,7 @@ fn read_and_decide_observing<'b>(
         Plan::Read(resource_rules) => Some(Reading {
             paths: &resource_rules.read_paths,
             keep_text: observe && observed_at(resource_rules.mode) == endpoint,
+            writer: resource_rules.writer_position(head.user_info.name()),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
@@ -315,9 +316,12 @@ fn project_and_decide(
     let Plan::Read(resource_rules) = plan(rules, &head, endpoint) else {
         return decide(rules, &head, endpoint, None, None);
     };
-    let paths = &resource_rules.read_paths;
-    let old = capture(request.old_object.as_ref(), "oldObject", paths, depth)?;
-    let new = capture(request.object.as_ref(), "object", paths, depth)?;
+    let reading = (
+        &resource_rules.read_paths,
+        resource_rules.writer_position(head.user_info.name()),
+    );
+    let old = capture(request.old_object.as_ref(), "oldObject", reading, depth)?;
+    let new = capture(request.object.as_ref(), "object", reading, depth)?;
     let statuses = realize(Some(old), Some(new), depth).map_err(|(side, e)| match side {
         Side::Old => decision_error("oldObject", e),
         Side::New => decision_error("object", e),
@@ -342,13 +346,13 @@ fn project_and_decide(
 fn capture<'b>(
     view: Option<&ObjectView<'b>>,
     which: &'static str,
-    paths: &PathTree,
+    (paths, writer): (&PathTree, Option<usize>),
     depth: Depth,
 ) -> Result<Option<Captured<'b>>, DecisionError> {
     let Some(raw) = view.ok_or(DecisionError::MissingObject(which))?.status else {
         return Ok(None);
     };
-    capture_status(raw, paths, depth).map_err(|e| decision_error(which, e))
+    capture_status(raw, paths, writer, depth).map_err(|e| decision_error(which, e))
 }
 
 fn decision_error(which: &'static str, e: ProjectError) -> DecisionError {

@@ -33,13 +33,16 @@ pub(crate) struct Reading<'t> {
     /// observer): the objects are then read as the wire reads them and
     /// projected from their text.
     pub(crate) keep_text: bool,
+    /// The writer's position among the resource's writers: its own values
+    /// are never compared, so never read.
+    pub(crate) writer: Option<usize>,
 }
 
 impl Reading<'_> {
     fn same(this: Option<Self>, other: Option<Self>) -> bool {
         match (this, other) {
             (None, None) => true,
-            (Some(a), Some(b)) => std::ptr::eq(a.paths, b.paths) && a.keep_text == b.keep_text,
+            (Some(a), Some(b)) => std::ptr::eq(a.paths, b.paths) && a.keep_text == b.keep_text && a.writer == b.writer,
             _ => false,
         }
     }
@@ -170,7 +173,8 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
                 Some(Some(Reading {
                     paths,
                     keep_text: false,
-                })) => ObjectRead::Projected(map.next_value_seed(ObjectStatus(paths))?),
+                    writer,
+                })) => ObjectRead::Projected(map.next_value_seed(ObjectStatus(paths, writer))?),
                 _ => ObjectRead::Raw(map.next_value()?),
             };
         }
@@ -188,11 +192,11 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
         // paths now, so that one pass answers what two passes answer in
         // every order. A status too deep for the bounded parse is left to
         // them, as are objects that all came before the head.
-        let paths = planned.flatten().map(|p| p.paths);
+        let reading = planned.flatten().map(|p| (p.paths, p.writer));
         let (mut old_status, mut new_status) = (None, None);
         let (Ok(object), Ok(old_object)) = (
-            settle(object, paths, &mut new_status),
-            settle(old_object, paths, &mut old_status),
+            settle(object, reading, &mut new_status),
+            settle(old_object, reading, &mut old_status),
         ) else {
             return Ok(None);
         };
@@ -200,7 +204,7 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
         request.old_object = old_object;
         // Projected statuses only where the plan reads them; an object the
         // plan never reached (absent) is absent in them too.
-        if paths.is_none() {
+        if reading.is_none() {
             return Ok(Some((request, None)));
         }
         match realize(old_status, new_status, Depth::Bounded) {
@@ -214,15 +218,15 @@ impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for R
 /// `paths` (when the plan reads objects) into `projected`.
 fn settle<'b>(
     read: ObjectRead<'b>,
-    paths: Option<&PathTree>,
+    reading: Option<(&PathTree, Option<usize>)>,
     projected: &mut Option<Option<Captured<'b>>>,
 ) -> Result<Option<ObjectView<'b>>, ProjectError> {
     Ok(match read {
         ObjectRead::Unseen => None,
         ObjectRead::Raw(view) => {
-            if let (Some(paths), Some(view)) = (paths, &view) {
+            if let (Some((paths, writer)), Some(view)) = (reading, &view) {
                 *projected = Some(match view.status {
-                    Some(raw) => capture_status(raw, paths, Depth::Bounded)?,
+                    Some(raw) => capture_status(raw, paths, writer, Depth::Bounded)?,
                     None => None,
                 });
             }
@@ -238,7 +242,7 @@ fn settle<'b>(
 
 /// An object (or `null`) whose status is projected on `paths`, read as
 /// [`ObjectView`] reads the rest of it: its metadata, every other member skipped.
-struct ObjectStatus<'t>(&'t PathTree);
+struct ObjectStatus<'t>(&'t PathTree, Option<usize>);
 
 impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
     type Value = Option<(MetadataView<'de>, Option<Captured<'de>>)>;
@@ -272,7 +276,7 @@ impl<'de> Visitor<'de> for ObjectStatus<'_> {
         let (mut metadata, mut status) = (None, None);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             match key.as_ref() {
-                "status" if status.is_none() => status = Some(map.next_value_seed(Capture(self.0))?),
+                "status" if status.is_none() => status = Some(map.next_value_seed(Capture(self.0, self.1))?),
                 "metadata" if metadata.is_none() => metadata = Some(map.next_value_seed(super::wire::MetadataOf)?),
                 "status" | "metadata" => return Err(A::Error::custom("duplicate member")),
                 _ => {

@@ -70,7 +70,7 @@ pub(crate) enum ProjectError {
 /// capture both statuses and [`realize`] them together.)
 #[cfg(test)]
 pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) -> Result<Option<Value>, ProjectError> {
-    capture_status(status, paths, depth)?
+    capture_status(status, paths, None, depth)?
         .map(|captured| build(&captured, depth))
         .transpose()
 }
@@ -84,6 +84,8 @@ pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) 
 pub(crate) enum Captured<'de> {
     /// A value read whole.
     Whole(&'de RawValue),
+    /// A value of the writer's own: never compared, so never read.
+    Own,
     /// An object the paths lead through: the members they read below it
     /// (the last of duplicate keys wins, as in Go and serde_json).
     Object(Vec<(String, Captured<'de>)>),
@@ -114,18 +116,22 @@ impl CapturedItem<'_> {
     }
 }
 
-/// The status text captured on `paths` (see [`Captured`]); `None` for a
-/// `null` status.
+/// The status text captured on `paths` (see [`Captured`]) for a write by
+/// the writer at position `writer` (whose own values are skipped); `None`
+/// for a `null` status.
 pub(crate) fn capture_status<'de>(
     status: &'de RawValue,
     paths: &PathTree,
+    writer: Option<usize>,
     depth: Depth,
 ) -> Result<Option<Captured<'de>>, ProjectError> {
     let mut deserializer = serde_json::Deserializer::from_str(status.get());
     if depth == Depth::Unbounded {
         deserializer.disable_recursion_limit();
     }
-    let captured = Capture(paths).deserialize(&mut deserializer).map_err(project_error)?;
+    let captured = Capture(paths, writer)
+        .deserialize(&mut deserializer)
+        .map_err(project_error)?;
     Ok(match captured {
         Captured::Settled(Value::Null) => None,
         other => Some(other),
@@ -187,6 +193,7 @@ fn pair(
 ) -> Result<(Option<Value>, Option<Value>), (Side, ProjectError)> {
     Ok(match (old, new) {
         (Captured::Whole(o), Captured::Whole(n)) if o.get() == n.get() => (None, None),
+        (Captured::Own, _) | (_, Captured::Own) => (None, None),
         // Objects stay, even emptied: a parent that exists is not created
         // again by a restoring patch.
         (Captured::Object(o), Captured::Object(n)) => {
@@ -198,13 +205,14 @@ fn pair(
                         o.map(|v| old_map.insert(key.clone(), v));
                         n.map(|v| new_map.insert(key.clone(), v));
                     }
+                    None if matches!(old_child, Captured::Own) => {}
                     None => {
                         old_map.insert(key.clone(), build(old_child, depth).map_err(|e| (Side::Old, e))?);
                     }
                 }
             }
             for (key, new_child) in n {
-                if find(o, key).is_none() {
+                if find(o, key).is_none() && !matches!(new_child, Captured::Own) {
                     new_map.insert(key.clone(), build(new_child, depth).map_err(|e| (Side::New, e))?);
                 }
             }
@@ -262,7 +270,9 @@ fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
         Captured::Object(members) => {
             let mut map = Map::new();
             for (key, child) in members {
-                map.insert(key.clone(), build(child, depth)?);
+                if !matches!(child, Captured::Own) {
+                    map.insert(key.clone(), build(child, depth)?);
+                }
             }
             Value::Object(map)
         }
@@ -277,6 +287,8 @@ fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
             Value::Array(built)
         }
         Captured::Settled(value) => value.clone(),
+        // Left out by its parent; a status is never one value of its own.
+        Captured::Own => Value::Null,
     })
 }
 
@@ -354,18 +366,21 @@ impl<'de, 't> Visitor<'de> for ChildKey<'t> {
     }
 }
 
-/// A value captured on `tree`: its text where the tree reads it whole,
+/// A value captured on `tree` for a write by the writer at position `.1`:
+/// its text where the tree reads it whole (unless it is the writer's own),
 /// else only the keys the tree names.
-pub(crate) struct Capture<'t>(pub(crate) &'t PathTree);
+pub(crate) struct Capture<'t>(pub(crate) &'t PathTree, pub(crate) Option<usize>);
 
 impl<'de> DeserializeSeed<'de> for Capture<'_> {
     type Value = Captured<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        if self.0.is_whole() {
+        if self.0.is_whole() && self.1.is_some() && self.0.owner() == self.1 {
+            IgnoredAny::deserialize(deserializer).map(|_| Captured::Own)
+        } else if self.0.is_whole() {
             <&'de RawValue>::deserialize(deserializer).map(Captured::Whole)
         } else if let Some(keyed) = self.0.keyed() {
-            deserializer.deserialize_any(ItemsOf(keyed))
+            deserializer.deserialize_any(ItemsOf(keyed, self.1))
         } else {
             deserializer.deserialize_any(self)
         }
@@ -417,7 +432,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
         while let Some(key) = map.next_key_seed(ChildKey(self.0))? {
             match key {
                 Some((key, child)) => {
-                    let value = map.next_value_seed(Capture(child))?;
+                    let value = map.next_value_seed(Capture(child, self.1))?;
                     // The last of duplicate keys wins, as in Go and serde_json.
                     members.retain(|(k, _)| *k != key);
                     members.push((key, value));
@@ -442,11 +457,11 @@ impl<'de> Visitor<'de> for Capture<'_> {
 /// kept in place, captured only when its key is one of the read values (the
 /// others are `None`). Anything but a list stands for what it is: absent,
 /// or not a list.
-struct ItemsOf<'t>(&'t KeyedItems);
+struct ItemsOf<'t>(&'t KeyedItems, Option<usize>);
 
 /// One item of such a list: its members are kept as unparsed text; only an
-/// item whose key is read is kept.
-struct ListItem<'t>(&'t KeyedItems);
+/// item whose key is read, and not the writer's (`.1`) own, is kept.
+struct ListItem<'t>(&'t KeyedItems, Option<usize>);
 
 impl<'de> DeserializeSeed<'de> for ListItem<'_> {
     type Value = Option<CapturedItem<'de>>;
@@ -482,7 +497,10 @@ impl<'de> Visitor<'de> for ListItem<'_> {
                     .ok()
             });
         Ok(key
-            .filter(|key| self.0.values.contains(key.as_ref()))
+            .filter(|key| match self.0.values.get(key.as_ref()) {
+                Some(owner) => self.1.is_none() || *owner != self.1,
+                None => false,
+            })
             .map(|key| CapturedItem { key, members }))
     }
 
@@ -503,7 +521,7 @@ impl<'de> Visitor<'de> for ItemsOf<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
-        while let Some(item) = seq.next_element_seed(ListItem(self.0))? {
+        while let Some(item) = seq.next_element_seed(ListItem(self.0, self.1))? {
             items.push(item);
         }
         Ok(Captured::Items(items))
@@ -619,7 +637,7 @@ mod tests {
         );
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(&old).unwrap(), serde_json::from_str(&new).unwrap());
-        let captured = |raw| capture_status(raw, &tree, Depth::Bounded).unwrap();
+        let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
         let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded).unwrap();
         assert_eq!(
             statuses.old,
@@ -640,6 +658,35 @@ mod tests {
             realize(Some(captured(old)), Some(captured(changed)), Depth::Bounded),
             Err((Side::Old | Side::New, ProjectError::TooDeep))
         ));
+    }
+
+    /// A writer's own values are never compared on its writes: they are
+    /// skipped unread, whatever they hold; the others' are read.
+    #[test]
+    fn the_writers_own_values_are_skipped_unread() {
+        let rules = crate::ownership::Ownership::from_yaml(
+            "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - group: g\n    resource: r\n    lists: [{path: parents, key: c}]\n    writers:\n      - {user: a, fields: [mine], conditions: [A], entries: {parents: [a]}}\n      - {user: b, fields: [theirs], conditions: [B], entries: {parents: [b]}}\n",
+        )
+        .unwrap();
+        let r = rules.resource("g", "r").unwrap();
+        let text = r#"{"mine": {"x": [1]}, "theirs": 2, "conditions": [{"type": "A"}, {"type": "B"}],
+                       "parents": [{"c": "a"}, {"c": "b"}, {"c": "nobody"}]}"#;
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        let captured = capture_status(raw, &r.read_paths, r.writer_position("a"), Depth::Bounded)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            build(&captured, Depth::Bounded).unwrap(),
+            json!({"theirs": 2, "conditions": [null, {"type": "B"}], "parents": [null, {"c": "b"}, null]})
+        );
+        let everyone = capture_status(raw, &r.read_paths, None, Depth::Bounded)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            build(&everyone, Depth::Bounded).unwrap(),
+            json!({"mine": {"x": [1]}, "theirs": 2, "conditions": [{"type": "A"}, {"type": "B"}],
+                   "parents": [{"c": "a"}, {"c": "b"}, null]})
+        );
     }
 
     #[test]

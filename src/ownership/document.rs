@@ -184,16 +184,24 @@ fn compile_resource(r: ResourceDoc, default_mode: Mode, at: &str, problems: &mut
     }
     check_single_owners(&writers, at, problems);
     let conditions_path = conditions_path?;
-    let mut read_paths = PathTree::with_conditions(
-        writers.iter().flat_map(|w| &w.fields),
-        &conditions_path,
-        writers.iter().flat_map(|w| w.conditions.iter().cloned()),
-    );
+    // Each read value knows its owner: a writer's own values are never
+    // compared on its writes, so they are never built either.
+    let mut read_paths = PathTree::default();
+    for (w, writer) in writers.iter().enumerate() {
+        for field in &writer.fields {
+            read_paths.add_owned(field, w);
+        }
+    }
+    let owned = |values: &dyn Fn(&WriterRules) -> &[String]| -> Vec<(String, Option<usize>)> {
+        let each = writers.iter().enumerate();
+        each.flat_map(|(w, writer)| values(writer).iter().map(move |v| (v.clone(), Some(w))))
+            .collect()
+    };
+    read_paths.add_keyed(&conditions_path, "type", owned(&|w| &w.conditions));
     // A keyed list is read entry by entry, as the conditions are: an entry
     // whose key value nobody declared is anyone's, and never compared.
     for list in &lists {
-        let values = writers.iter().flat_map(|w| w.entries_of(&list.path).iter().cloned());
-        read_paths.add_keyed(&list.path, &list.key, values);
+        read_paths.add_keyed(&list.path, &list.key, owned(&|w| w.entries_of(&list.path)));
     }
     let owners = OwnerIndex::of(&lists, &writers);
     Some(ResourceRules {

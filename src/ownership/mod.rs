@@ -326,6 +326,11 @@ impl ResourceRules {
         self.writers.iter().find(|w| w.username == username)
     }
 
+    /// The position of `username` among the writers, where it is one.
+    pub(crate) fn writer_position(&self, username: &str) -> Option<usize> {
+        self.writers.iter().position(|w| w.username == username)
+    }
+
     /// `group/resource`, or just `resource` for the core group.
     pub fn name(&self) -> String {
         GroupResource::new(self.group.as_str(), self.resource.as_str()).to_string()

@@ -158,6 +158,9 @@ pub(crate) struct PathTree {
     children: std::collections::BTreeMap<String, PathTree>,
     /// The whole value here is read.
     whole: bool,
+    /// Where the whole value is read: the position of its owner among the
+    /// resource's writers (whose own values are never compared).
+    owner: Option<usize>,
     /// A list whose items are read whole only when their key member has one
     /// of the owned values: the conditions (by `type`) and keyed lists.
     keyed: Option<KeyedItems>,
@@ -168,34 +171,59 @@ pub(crate) struct PathTree {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct KeyedItems {
     pub(crate) member: String,
-    pub(crate) values: std::collections::BTreeSet<String>,
+    /// The read values, each with the position of its owner among the
+    /// resource's writers, where known.
+    pub(crate) values: std::collections::BTreeMap<String, Option<usize>>,
 }
 
 impl PathTree {
     /// The tree of `fields` read whole, and of the conditions list at
     /// `conditions`, whose items are read only when their type is one of
     /// `types` (an item of a type nobody owns is never compared).
+    #[cfg(test)]
     pub fn with_conditions<'a>(
         fields: impl IntoIterator<Item = &'a FieldPath>,
         conditions: &FieldPath,
         types: impl IntoIterator<Item = String>,
     ) -> Self {
         let mut root = Self::of(fields);
-        root.add_keyed(conditions, "type", types);
+        root.add_keyed(conditions, "type", types.into_iter().map(|t| (t, None)));
         root
     }
 
+    /// Adds `path`, read whole, owned by the writer at position `owner`.
+    pub fn add_owned(&mut self, path: &FieldPath, owner: usize) {
+        let node = self.node_at(path);
+        node.whole = true;
+        node.owner = Some(owner);
+    }
+
     /// Adds the list at `path`, whose items are read only when their string
-    /// `member` is one of `values`.
-    pub fn add_keyed(&mut self, path: &FieldPath, member: &str, values: impl IntoIterator<Item = String>) {
+    /// `member` is one of `values` (each with its owner's position, where
+    /// known).
+    pub fn add_keyed(
+        &mut self,
+        path: &FieldPath,
+        member: &str,
+        values: impl IntoIterator<Item = (String, Option<usize>)>,
+    ) {
+        self.node_at(path).keyed = Some(KeyedItems {
+            member: member.to_owned(),
+            values: values.into_iter().collect(),
+        });
+    }
+
+    fn node_at(&mut self, path: &FieldPath) -> &mut PathTree {
         let mut node = self;
         for segment in path.segments() {
             node = node.children.entry(segment.clone()).or_default();
         }
-        node.keyed = Some(KeyedItems {
-            member: member.to_owned(),
-            values: values.into_iter().collect(),
-        });
+        node
+    }
+
+    /// Where the whole value is read: its owner's position, where known.
+    pub fn owner(&self) -> Option<usize> {
+        self.owner
     }
 
     /// At a list read item by item: which items are read.
@@ -204,6 +232,7 @@ impl PathTree {
     }
 
     /// The tree of `paths`; a path below another one adds nothing.
+    #[cfg(test)]
     pub fn of<'a>(paths: impl IntoIterator<Item = &'a FieldPath>) -> Self {
         let mut root = PathTree::default();
         for path in paths {

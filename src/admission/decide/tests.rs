@@ -957,6 +957,7 @@ fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
             keep_text: false,
+            writer: r.writer_position(head.user_info.name()),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
