@@ -1,13 +1,14 @@
 //! The pure decision, and the whole request path without HTTP (read,
 //! decide, encode; in one pass and in two), on a 16 KiB Widget with 4 writers,
-//! and on a review with 10,000 condition items of one type, reordered.
+//! on a Gateway API route of 32 parents of 8 conditions each, and on a
+//! review with 10,000 condition items of one type, reordered.
 //!
 //!     cargo bench --bench decision
 
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use statusguard::admission::answer::{decide_request, read_and_decide};
+use statusguard::admission::answer::{answer, decide_request, read_and_decide};
 use statusguard::admission::decide::{Endpoint, Outcome};
 use statusguard::admission::wire::{encode_response, parse_request};
 use statusguard::ownership::Ownership;
@@ -69,6 +70,28 @@ fn benches(c: &mut Criterion) {
             let mut decision = decide_request(&rules, &request, Endpoint::Mutate).expect("decided");
             encode_response(&mut decision.response).expect("encoded")
         })
+    });
+    group.finish();
+
+    // Issue 24: a Gateway API HTTPRoute of 32 parents (16 per
+    // implementation) of 8 conditions each, under examples/gateway-api.yaml;
+    // the whole path of `answer`, body to encoded review.
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let read = |name: &str| std::fs::read(examples.join(name)).expect("the example is there");
+    let document = String::from_utf8(read("gateway-api.yaml")).expect("UTF-8");
+    let enforce = Ownership::from_yaml(&document).expect("the example is valid");
+    let trim = Ownership::from_yaml(&document.replace("mode: enforce", "mode: trim")).expect("valid");
+    let (route_own, route_stale) = (read("gateway-route-review.json"), read("gateway-route-stale-review.json"));
+    let mut group = c.benchmark_group("route, 32 parents x 8 conditions");
+    group.throughput(criterion::Throughput::Bytes(route_stale.len() as u64));
+    group.bench_function("validate, own entries (allowed)", |b| {
+        b.iter(|| answer(Some(&enforce), black_box(&route_own), Endpoint::Validate).body.len())
+    });
+    group.bench_function("validate, stale retry (denied)", |b| {
+        b.iter(|| answer(Some(&enforce), black_box(&route_stale), Endpoint::Validate).body.len())
+    });
+    group.bench_function("mutate, stale retry (trimmed)", |b| {
+        b.iter(|| answer(Some(&trim), black_box(&route_stale), Endpoint::Mutate).body.len())
     });
     group.finish();
 
