@@ -81,17 +81,32 @@ fn benches(c: &mut Criterion) {
     let document = String::from_utf8(read("gateway-api.yaml")).expect("UTF-8");
     let enforce = Ownership::from_yaml(&document).expect("the example is valid");
     let trim = Ownership::from_yaml(&document.replace("mode: enforce", "mode: trim")).expect("valid");
-    let (route_own, route_stale) = (read("gateway-route-review.json"), read("gateway-route-stale-review.json"));
+    let (route_own, route_stale) = (
+        read("gateway-route-review.json"),
+        read("gateway-route-stale-review.json"),
+    );
     let mut group = c.benchmark_group("route, 32 parents x 8 conditions");
     group.throughput(criterion::Throughput::Bytes(route_stale.len() as u64));
     group.bench_function("validate, own entries (allowed)", |b| {
-        b.iter(|| answer(Some(&enforce), black_box(&route_own), Endpoint::Validate).body.len())
+        b.iter(|| {
+            answer(Some(&enforce), black_box(&route_own), Endpoint::Validate)
+                .body
+                .len()
+        })
     });
     group.bench_function("validate, stale retry (denied)", |b| {
-        b.iter(|| answer(Some(&enforce), black_box(&route_stale), Endpoint::Validate).body.len())
+        b.iter(|| {
+            answer(Some(&enforce), black_box(&route_stale), Endpoint::Validate)
+                .body
+                .len()
+        })
     });
     group.bench_function("mutate, stale retry (trimmed)", |b| {
-        b.iter(|| answer(Some(&trim), black_box(&route_stale), Endpoint::Mutate).body.len())
+        b.iter(|| {
+            answer(Some(&trim), black_box(&route_stale), Endpoint::Mutate)
+                .body
+                .len()
+        })
     });
     group.finish();
 

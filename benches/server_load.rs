@@ -8,6 +8,7 @@
 //!     LOAD_SWEEP=paced cargo bench --bench server_load   # only the paced rows (h2load, Go's client)
 //!     LOAD_SWEEP=observe cargo bench --bench server_load # the observer off, at its default rate, at every write
 //!     LOAD_SWEEP=gateway cargo bench --bench server_load # an HTTPRoute with 32 parents of 8 conditions each
+//!     LOAD_SWEEP=owned cargo bench --bench server_load   # the review with its 120 endpoints owned (by alice)
 //!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
 //!
 //! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux); Go, for
@@ -433,6 +434,29 @@ fn main() -> Result<(), Error> {
             bench.compare("route, own entries (allowed)", &enforce, &own, "/validate", &[h1, h2])?;
             bench.compare("route, stale retry (denied)", &enforce, &stale, "/validate", &[h1, h2])?;
             bench.compare("route, stale retry (trim: patch)", &trim, &stale, "/mutate", &[h1, h2])?;
+        }
+        "owned" => {
+            // Issue 25: the same review, its `endpoints` (120 entries, the
+            // largest value of the status) owned by a fourth writer and
+            // unchanged by the write.
+            let owned = common::ownership().replace("fields: [notes]", "fields: [notes, endpoints]");
+            assert!(
+                owned.contains("endpoints"),
+                "the fixture names alice's fields as expected"
+            );
+            let enforce = bench.file(
+                "owned-enforce.yaml",
+                owned.replace("mode: trim", "mode: enforce").as_bytes(),
+            )?;
+            let trim = bench.file("owned-trim.yaml", owned.as_bytes())?;
+            bench.compare(
+                "/validate, endpoints owned (denied)",
+                &enforce,
+                &stale,
+                "/validate",
+                &[h1, h2],
+            )?;
+            bench.compare("/mutate, endpoints owned (trim)", &trim, &stale, "/mutate", &[h1, h2])?;
         }
         "observe" => {
             // The observer re-reads each write it takes (`--observe-rate`
