@@ -316,3 +316,113 @@ async fn suggest_observe_enforce_and_events_close_the_adoption_loop() {
         "repeats within the interval were not sent: {metrics}"
     );
 }
+
+/// Issue 24: Gateway API's HTTPRoute, whose `status.parents` is atomic.
+/// Two implementations each add and update their own entry with a full
+/// UpdateStatus, as controller-runtime does. managedFields give the list
+/// whole to the last writer, and suggest says it cannot tell who writes
+/// which entry; with the observed writes of a webhook that only watches
+/// routes, it drafts `lists:` keyed by controllerName and each
+/// implementation's ServiceAccount with its own entries, and `check`
+/// accepts the draft.
+#[tokio::test]
+async fn suggest_drafts_keyed_entries_of_gateway_routes_from_observed_writes() {
+    use statusguard::ownership::Ownership;
+    use statusguard::rules::RulesSource;
+    use support::gateway::{ENVOY, GatewayScenario, ISTIO, parent};
+    use support::webhook::{RunningServer, config, files, write_pair};
+
+    let g = GatewayScenario::new("e2e-suggest-gateway").await;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = write_pair(dir.path());
+    let rules = dir.path().join("watch-routes.yaml");
+    std::fs::write(
+        &rules,
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nmode: audit\nresources:\n  - {group: gateway.networking.k8s.io, resource: httproutes}\n",
+    )
+    .unwrap();
+    let server = RunningServer::start(config(RulesSource::File(rules), Some(files(dir.path())))).await;
+    let app = server.app.clone();
+    g.register_at(server.tls.port(), &certs.ca_pem, false, || {
+        let app = app.clone();
+        async move { app.metrics.encode() }
+    })
+    .await;
+
+    g.create_route("shared", json!([])).await;
+    // Each implementation reads the route and writes it back with its own
+    // entry added or updated, under the resourceVersion it read.
+    for (implementation, accepted) in [(ENVOY, "True"), (ISTIO, "True"), (ENVOY, "False")] {
+        let client = g.client(implementation);
+        let mut route = g.get(client, "shared").await;
+        let mut parents: Vec<Value> = route["status"]["parents"].as_array().cloned().unwrap_or_default();
+        parents.retain(|p| p["controllerName"] != implementation.controller_name);
+        parents.push(parent(
+            implementation,
+            implementation.gateway_class,
+            &[("Accepted", accepted)],
+        ));
+        route["status"]["parents"] = json!(parents);
+        let written = g.put_status(client, &route).await;
+        assert_eq!(written.code, 200, "{:?}", written.body);
+    }
+
+    let suggest = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_statusguard"))
+            .args(["suggest", "httproutes.gateway.networking.k8s.io", "-n", &g.namespace])
+            .args(extra)
+            .env("KUBECONFIG", &g.cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        said
+    };
+    let draft = suggest(&[]);
+    assert!(
+        draft.contains("    # status.parents is owned whole (atomic list, by field manager ")
+            && draft.contains("who writes which entry cannot be told from managedFields;\n    # observe writes"),
+        "{draft}"
+    );
+    assert!(!draft.contains("    lists:\n"), "{draft}");
+
+    // The observer counts writes off the request path: wait for both. The
+    // record is saved to a file, as `suggest --observed` also reads one: the
+    // server runs on this test's thread, which `suggest` blocks.
+    let record = support::wait::retry_until(Duration::from_secs(15), "both implementations observed", || async {
+        let record = server.observed().await;
+        let text = record.to_string();
+        if [ENVOY, ISTIO].iter().all(|i| text.contains(i.controller_name)) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let observed = dir.path().join("observed.json");
+    std::fs::write(&observed, record).unwrap();
+    let draft = suggest(&["--observed", observed.to_str().unwrap()]);
+    assert!(
+        draft.contains("    # its lists: entry below is drafted from the observed writes.\n    lists:\n      - path: parents\n        key: controllerName\n"),
+        "{draft}"
+    );
+    let rules = Ownership::from_yaml(&draft).expect("check accepts the draft");
+    let routes = rules.resource("gateway.networking.k8s.io", "httproutes").unwrap();
+    for implementation in [ENVOY, ISTIO] {
+        let writer = routes
+            .writers
+            .iter()
+            .find(|w| w.username == implementation.username())
+            .unwrap_or_else(|| panic!("{} not drafted:\n{draft}", implementation.username()));
+        assert_eq!(
+            writer.entries_of(&routes.lists[0].path),
+            [implementation.controller_name],
+            "{draft}"
+        );
+    }
+    g.unregister().await;
+}

@@ -444,6 +444,7 @@ fn warning(verb: &str, violation: &Violation) -> String {
     }
 }
 
-mod compare;
+/// Also the observer's: it names the entries a write changed as the decision compares them.
+pub(super) mod compare;
 #[cfg(test)]
 mod tests;

@@ -17,8 +17,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::decide::Endpoint;
+use super::decide::compare::same_items;
 use super::wire::{ObjectView, ReviewRequest};
-use crate::ownership::{FieldPath, Item, Mode, Ownership, ResourceRules, condition_type, same_value};
+use crate::ownership::{FieldPath, Item, KeyedList, Mode, Ownership, ResourceRules, condition_type, same_value};
 
 /// What the values built from one observed write may cost (estimated, see
 /// `value_budget`): a quarter of a decision's.
@@ -258,6 +259,41 @@ fn changed_items(
             explained = !conditions.is_empty();
             changed.extend(conditions.into_iter().map(Item::Condition));
         }
+        let lists: Vec<&KeyedList> = rules
+            .lists
+            .iter()
+            .filter(|l| l.path.segments().first().map(String::as_str) == Some(key))
+            .collect();
+        for list in &lists {
+            let entries = entry_changes(list.entries(Some(&before)), list.entries(Some(&after)), |entry| {
+                list.key_of(entry).map(|value| (list.key.as_str(), value))
+            });
+            explained |= !entries.is_empty();
+            changed.extend(entries.into_iter().map(|(key, value)| Item::Entry {
+                list: list.path.clone(),
+                key,
+                value,
+            }));
+        }
+        // A list of objects no document keys yet: its changed entries by
+        // each member that could name their writer, for `suggest` to find
+        // the one that does (Gateway API's controllerName). The list itself
+        // is still named below, as any top-level field.
+        if lists.is_empty()
+            && Some(key) != conditions_key
+            && let Ok(path) = FieldPath::parse(key)
+        {
+            let entries = entry_changes(list_at(&before, key), list_at(&after, key), |entry| {
+                entry.as_object().into_iter().flatten().filter_map(|(member, value)| {
+                    Some((member.as_str(), value.as_str().filter(|v| names_a_writer(v))?))
+                })
+            });
+            changed.extend(entries.into_iter().map(|(key, value)| Item::Entry {
+                list: path.clone(),
+                key,
+                value,
+            }));
+        }
         for path in declared
             .iter()
             .filter(|p| p.segments().first().map(String::as_str) == Some(key))
@@ -272,6 +308,54 @@ fn changed_items(
         }
     }
     Ok(changed.into_iter().collect())
+}
+
+/// The (member, value) groups whose entries differ between two lists,
+/// entries grouped by each (member, value) `keys_of` gives them and
+/// compared as multisets, as the decision compares keyed entries: an entry
+/// added, removed or changed changes its groups. Linear in the entries'
+/// members (and `n log n` in a reordered group).
+fn entry_changes<'v, K>(
+    before: &'v [Value],
+    after: &'v [Value],
+    keys_of: impl Fn(&'v Value) -> K,
+) -> BTreeSet<(String, String)>
+where
+    K: IntoIterator<Item = (&'v str, &'v str)>,
+{
+    let grouped = |list: &'v [Value]| {
+        let mut groups: BTreeMap<(&'v str, &'v str), Vec<&'v Value>> = BTreeMap::new();
+        for entry in list {
+            for key in keys_of(entry) {
+                groups.entry(key).or_default().push(entry);
+            }
+        }
+        groups
+    };
+    let (before, after) = (grouped(before), grouped(after));
+    let none: Vec<&Value> = Vec::new();
+    before
+        .keys()
+        .chain(after.keys().filter(|k| !before.contains_key(*k)))
+        .filter(|k| !same_items(before.get(*k).unwrap_or(&none), after.get(*k).unwrap_or(&none)))
+        .map(|(member, value)| ((*member).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+/// The list at a status's top-level `key` (empty when it holds none).
+fn list_at<'v>(status: &'v Value, key: &str) -> &'v [Value] {
+    status
+        .get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// Whether a string member's value could name a writer: a name, not text
+/// (no white space or control characters), so that messages and the like
+/// never enter the record.
+fn names_a_writer(value: &str) -> bool {
+    !value.is_empty() && !value.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// The top-level members of a status (none for an absent or null one, or
@@ -314,6 +398,15 @@ pub struct IdentityRecord {
     pub fields: BTreeMap<String, u64>,
     /// Condition type to the number of writes that changed it.
     pub conditions: BTreeMap<String, u64>,
+    /// Keyed entries: list path (below `.status`) to member to value to the
+    /// number of writes that changed the entries with that value. For a
+    /// list the document keys, by its key; for any other top-level list of
+    /// objects, by each string member whose value is a name. Capped apart
+    /// from the fields and conditions (so that members such as timestamps
+    /// never crowd them out); the rest are counted as the field
+    /// [`OTHER_ITEM`]. Absent from servers before issue 24.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub entries: BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 /// One resource's writers.
@@ -465,7 +558,35 @@ impl Observer {
             let (map, key) = match item {
                 Item::Field(path) => (&mut record.fields, path.to_string()),
                 Item::Condition(ty) => (&mut record.conditions, ty.clone()),
-                Item::Entry { .. } => (&mut record.fields, item.to_string()),
+                Item::Entry { list, key, value } => {
+                    let list = list.to_string();
+                    let (list, key, value) = (cut_name(&list), cut_name(key), cut_name(value));
+                    let held = record
+                        .entries
+                        .values()
+                        .flat_map(BTreeMap::values)
+                        .map(record_items)
+                        .sum::<usize>();
+                    let known = record
+                        .entries
+                        .get(list.as_ref())
+                        .and_then(|m| m.get(key.as_ref()))
+                        .is_some_and(|v| v.contains_key(value.as_ref()));
+                    if known
+                        || held < *max_items
+                            && Self::admit(bytes, *max_bytes, list.len() + key.len() + value.len() + ENTRY_BYTES)
+                    {
+                        let values = record.entries.entry(list.into_owned()).or_default();
+                        *values
+                            .entry(key.into_owned())
+                            .or_default()
+                            .entry(value.into_owned())
+                            .or_default() += 1;
+                    } else {
+                        *record.fields.entry(OTHER_ITEM.to_owned()).or_default() += 1;
+                    }
+                    continue;
+                }
             };
             let key = cut_name(&key).into_owned();
             let key = if map.contains_key(&key) || !full && Self::admit(bytes, *max_bytes, key.len() + ENTRY_BYTES) {

@@ -39,9 +39,81 @@ pub struct Draft {
     pub identities: BTreeMap<String, String>,
     /// Managers that wrote an atomic conditions list.
     pub atomic_conditions: BTreeSet<String>,
+    /// Lists whose entries different writers write, split by one member.
+    pub lists: Vec<KeyedDraft>,
+    /// Lists of objects owned whole (atomic), to the managers holding them:
+    /// managedFields cannot say who writes which entry.
+    pub atomic_lists: BTreeMap<FieldPath, BTreeSet<String>>,
     /// Some observed record used does not say its callers were
     /// authenticated: its identities may be forged.
     pub observed_unauthenticated: bool,
+}
+
+/// A keyed list the draft declares (`lists:`), and who gets which entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedDraft {
+    /// The list's path below `.status`.
+    pub path: FieldPath,
+    /// The member whose value says whose an entry is.
+    pub key: String,
+    /// Writer to the key value only it wrote: its `entries:`.
+    pub owners: BTreeMap<String, String>,
+    /// Key values that more than one writer wrote, to those writers: a key
+    /// value has one owner per list, and the draft does not pick one.
+    pub shared: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Who wrote which entries: list path to member to writer to the values of
+/// that member in the entries it wrote.
+type EntryEvidence = BTreeMap<FieldPath, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>;
+
+/// The keyed lists the evidence shows. A list's key is the member
+/// (`controllerName` first, then the others by name) that at least two
+/// writers wrote and that has, for every one of them, exactly one value no
+/// other writer wrote: the value is constant per writer and differs between
+/// writers. Values more than one writer wrote (a rollback by one writer of
+/// another's entry, a take-over) are left unowned and said.
+fn keyed_lists(evidence: &EntryEvidence) -> Vec<KeyedDraft> {
+    let mut lists = Vec::new();
+    for (path, members) in evidence {
+        let preferred = members.get_key_value("controllerName");
+        let others = members.iter().filter(|(m, _)| m.as_str() != "controllerName");
+        for (member, writers) in preferred.into_iter().chain(others) {
+            if writers.len() < 2 {
+                continue;
+            }
+            let mut writers_of: BTreeMap<&String, BTreeSet<String>> = BTreeMap::new();
+            for (writer, values) in writers {
+                for value in values {
+                    writers_of.entry(value).or_default().insert(writer.clone());
+                }
+            }
+            let owners: BTreeMap<String, String> = writers
+                .iter()
+                .filter_map(|(writer, values)| {
+                    let own: Vec<&String> = values.iter().filter(|v| writers_of[v].len() == 1).collect();
+                    match own[..] {
+                        [value] => Some((writer.clone(), value.clone())),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if owners.len() == writers.len() {
+                lists.push(KeyedDraft {
+                    path: path.clone(),
+                    key: member.clone(),
+                    owners,
+                    shared: writers_of
+                        .into_iter()
+                        .filter(|(_, w)| w.len() > 1)
+                        .map(|(v, w)| (v.clone(), w))
+                        .collect(),
+                });
+                break;
+            }
+        }
+    }
+    lists
 }
 
 /// The items each identity changed, from the observed records (several
@@ -68,6 +140,21 @@ fn observed_items(records: &[&ResourceRecord]) -> BTreeMap<String, BTreeMap<Item
                     *items.entry(Item::Condition(ty.clone())).or_default() += n;
                 }
             }
+            for (list, members) in &writer.entries {
+                let Ok(list) = FieldPath::parse(list) else {
+                    continue;
+                };
+                for (key, values) in members.iter().filter(|(k, _)| !is_cut(k)) {
+                    for (value, n) in values.iter().filter(|(v, _)| !is_cut(v)) {
+                        let entry = Item::Entry {
+                            list: list.clone(),
+                            key: key.clone(),
+                            value: value.clone(),
+                        };
+                        *items.entry(entry).or_default() += n;
+                    }
+                }
+            }
         }
     }
     by_identity
@@ -79,6 +166,7 @@ fn covers(observed: &Item, managed: &Item) -> bool {
     match (observed, managed) {
         (Item::Condition(a), Item::Condition(b)) => a == b,
         (Item::Field(a), Item::Field(b)) => b.is_within(a),
+        (a @ Item::Entry { .. }, b) => a == b,
         _ => false,
     }
 }
@@ -102,26 +190,30 @@ pub fn draft(
     // Each manager's items across the objects.
     let mut manager_items: BTreeMap<String, BTreeSet<Item>> = BTreeMap::new();
     for object in objects {
-        for (manager, items) in &object.managers {
+        for (manager, items) in object.managers.iter().chain(&object.entries) {
             manager_items
                 .entry(manager.clone())
                 .or_default()
                 .extend(items.iter().cloned());
         }
     }
-    // A manager runs as the identity whose observed writes cover most of its items.
+    // A manager runs as the identity whose observed writes cover most of its
+    // items. Where several cover as many (two implementations that both
+    // wrote an atomic list the manager holds whole), the records cannot
+    // tell which: the manager stays named.
     let mut identities = BTreeMap::new();
     for (manager, items) in &manager_items {
-        let best = by_identity
+        let scores: Vec<(usize, &String)> = by_identity
             .iter()
             .map(|(identity, seen)| {
                 let score = items.iter().filter(|m| seen.keys().any(|o| covers(o, m))).count();
                 (score, identity)
             })
             .filter(|(score, _)| *score > 0)
-            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
-        if let Some((_, identity)) = best {
-            identities.insert(manager.clone(), identity.clone());
+            .collect();
+        let best = scores.iter().map(|(score, _)| *score).max().unwrap_or_default();
+        if let [(_, identity)] = scores.iter().filter(|(score, _)| *score == best).collect::<Vec<_>>()[..] {
+            identities.insert(manager.clone(), (*identity).clone());
         }
     }
     let writer_of = |manager: &str| identities.get(manager).cloned().unwrap_or_else(|| manager.to_owned());
@@ -142,7 +234,8 @@ pub fn draft(
     // Identities seen changing items that no field manager holds (their
     // writes were rolled back since, or denied): they set them too.
     for (identity, seen) in &by_identity {
-        for item in seen.keys() {
+        // Entries are drafted as keyed lists, below.
+        for item in seen.keys().filter(|i| !matches!(i, Item::Entry { .. })) {
             let held = items.keys().any(|managed| covers(item, managed));
             if !held {
                 items
@@ -164,6 +257,41 @@ pub fn draft(
         .iter()
         .flat_map(|o| o.atomic_conditions.iter().cloned())
         .collect();
+    // Who wrote which entries: managedFields' keyed lists (by the writer
+    // each manager runs as), and the observed writes.
+    let mut evidence = EntryEvidence::new();
+    let mut note = |writer: String, item: &Item| {
+        if let Item::Entry { list, key, value } = item {
+            let writers = evidence
+                .entry(list.clone())
+                .or_default()
+                .entry(key.clone())
+                .or_default();
+            writers.entry(writer).or_default().insert(value.clone());
+        }
+    };
+    for object in objects {
+        for (manager, entries) in &object.entries {
+            for entry in entries {
+                note(writer_of(manager), entry);
+            }
+        }
+    }
+    for (identity, seen) in &by_identity {
+        for item in seen.keys() {
+            note(identity.clone(), item);
+        }
+    }
+    let lists = keyed_lists(&evidence);
+    let mut atomic_lists: BTreeMap<FieldPath, BTreeSet<String>> = BTreeMap::new();
+    for object in objects {
+        for (list, managers) in &object.atomic_lists {
+            atomic_lists
+                .entry(list.clone())
+                .or_default()
+                .extend(managers.iter().cloned());
+        }
+    }
     Draft {
         group: group.to_owned(),
         resource: resource.to_owned(),
@@ -172,6 +300,8 @@ pub fn draft(
         items,
         identities,
         atomic_conditions,
+        lists,
+        atomic_lists,
         observed_unauthenticated: observed.iter().any(|o| !o.authenticated()),
     }
 }
@@ -182,8 +312,14 @@ impl Draft {
     pub fn contested(&self) -> Vec<(&Item, &Setters)> {
         self.items
             .iter()
-            .filter(|(_, s)| s.by_writer.len() > 1 || s.managers.len() > 1)
+            .filter(|(item, s)| (s.by_writer.len() > 1 || s.managers.len() > 1) && !self.in_keyed_list(item))
             .collect()
+    }
+
+    /// Whether an item is (within) a list the draft keys: its entries are
+    /// owned by key value, never as a field.
+    fn in_keyed_list(&self, item: &Item) -> bool {
+        matches!(item, Item::Field(path) if self.lists.iter().any(|l| path.overlaps(&l.path)))
     }
 
     /// Who the draft gives an item to: the writer that set it on the most
@@ -202,7 +338,7 @@ impl Draft {
         let mut by_top: BTreeMap<&str, BTreeMap<&FieldPath, String>> = BTreeMap::new();
         let mut owned: BTreeMap<String, (BTreeSet<FieldPath>, BTreeSet<String>)> = BTreeMap::new();
         for (item, setters) in &self.items {
-            let Some(owner) = Self::owner_of(setters) else {
+            let Some(owner) = Self::owner_of(setters).filter(|_| !self.in_keyed_list(item)) else {
                 continue;
             };
             match item {
@@ -213,7 +349,7 @@ impl Draft {
                     let top = path.segments().first().map_or("", String::as_str);
                     by_top.entry(top).or_default().insert(path, owner.clone());
                 }
-                // Observed writes never name keyed entries (yet).
+                // Drafted as keyed lists (`self.lists`), never as items.
                 Item::Entry { .. } => {}
             }
         }
@@ -237,8 +373,18 @@ impl Draft {
         let _ = writeln!(text, "  - group: {}", yaml_string(&self.group));
         let _ = writeln!(text, "    resource: {}", yaml_string(&self.resource));
         let _ = writeln!(text, "    conditions: {}", yaml_string(&self.conditions_key));
+        self.render_lists(text);
         let owned = self.owned();
-        if owned.is_empty() {
+        // Writer to its entries: list path to its key value.
+        let mut entries: BTreeMap<&String, Vec<(&FieldPath, &String)>> = BTreeMap::new();
+        for list in &self.lists {
+            for (writer, value) in &list.owners {
+                entries.entry(writer).or_default().push((&list.path, value));
+            }
+        }
+        let writers: BTreeSet<&String> = owned.keys().chain(entries.keys().copied()).collect();
+        let none = (BTreeSet::new(), BTreeSet::new());
+        if writers.is_empty() {
             *text += "    writers: []\n";
         } else {
             *text += "    writers:\n";
@@ -250,7 +396,8 @@ impl Draft {
             }
             *text += "\n";
         };
-        for (writer, (fields, conditions)) in &owned {
+        for writer in writers {
+            let (fields, conditions) = owned.get(writer).unwrap_or(&none);
             let managers: Vec<&String> = self
                 .identities
                 .iter()
@@ -312,6 +459,60 @@ impl Draft {
                     .cloned()
                     .collect();
                 marks(text, marked);
+            }
+            if let Some(entries) = entries.get(writer) {
+                *text += "        entries:\n";
+                for (list, value) in entries {
+                    let _ = writeln!(
+                        text,
+                        "          {}: [{}]",
+                        yaml_string(&list.to_string()),
+                        yaml_string(value)
+                    );
+                }
+            }
+        }
+    }
+
+    /// The keyed lists (`lists:`), each with the key values the draft gave
+    /// nobody; and, as comments, the lists owned whole, where managedFields
+    /// cannot tell who writes which entry.
+    fn render_lists(&self, text: &mut String) {
+        for (list, managers) in &self.atomic_lists {
+            let keyed = self.lists.iter().any(|l| l.path == *list);
+            let managers: Vec<String> = managers.iter().map(|m| format!("{m:?}")).collect();
+            let _ = writeln!(
+                text,
+                "    # status.{list} is owned whole (atomic list, by field manager {}): who writes which entry cannot be told from managedFields;",
+                managers.join(", ")
+            );
+            if keyed {
+                let _ = writeln!(
+                    text,
+                    "    # its lists: entry below is drafted from the observed writes."
+                );
+            } else {
+                let _ = writeln!(
+                    text,
+                    "    # observe writes (statusguard suggest --observed, from a webhook that guards this resource) or declare lists: by hand."
+                );
+            }
+        }
+        if self.lists.is_empty() {
+            return;
+        }
+        *text += "    lists:\n";
+        for list in &self.lists {
+            let _ = writeln!(text, "      - path: {}", yaml_string(&list.path.to_string()));
+            let _ = writeln!(text, "        key: {}", yaml_string(&list.key));
+            for (value, writers) in &list.shared {
+                let writers: Vec<String> = writers.iter().map(|w| format!("{w:?}")).collect();
+                let _ = writeln!(
+                    text,
+                    "        # {} was written by {}: a key value has one owner per list; add it to one writer's entries.",
+                    quoted(value),
+                    writers.join(" and ")
+                );
             }
         }
     }
@@ -435,11 +636,32 @@ fn yaml_string(text: &str) -> String {
         && !text.starts_with(['-', '.'])
         && !matches!(text, "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
         && text.parse::<f64>().is_err();
-    if plain {
-        text.to_owned()
-    } else {
-        serde_json::to_string(text).unwrap_or_default()
+    if plain { text.to_owned() } else { quoted(text) }
+}
+
+/// A YAML double-quoted string that reads back as `text` whatever it holds:
+/// printable ASCII as it is (but `"` and `\` escaped), every other
+/// character as its code point (`\uXXXX`, `\UXXXXXXXX`). Key values such as
+/// Gateway API's controllerNames may hold `=`, `,`, `;`, `:` and `'`, and
+/// a YAML reader must not take a line or a flow sequence to end inside one.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            c if u32::from(c) <= 0xFFFF => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "\\U{:08X}", u32::from(c));
+            }
+        }
     }
+    out.push('"');
+    out
 }
 
 pub mod fetch;

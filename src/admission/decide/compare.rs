@@ -7,13 +7,13 @@ use serde_json::Value;
 
 use crate::ownership::{same_value, write_canonical};
 
-pub(super) fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'v Value] {
+pub(in crate::admission) fn of_type<'m, 'v>(map: &'m BTreeMap<&str, Vec<&'v Value>>, ty: &str) -> &'m [&'v Value] {
     map.get(ty).map(Vec::as_slice).unwrap_or_default()
 }
 
 /// The items of a list by their key (a condition's type, an entry's key
 /// value); items without one are nobody's and left out.
-pub(super) fn grouped<'v>(
+pub(in crate::admission) fn grouped<'v>(
     list: &'v [Value],
     key_of: impl Fn(&'v Value) -> Option<&'v str>,
 ) -> BTreeMap<&'v str, Vec<&'v Value>> {
@@ -35,7 +35,7 @@ pub(super) fn grouped<'v>(
 /// compared: `n log n` in the items and linear in their bytes, where
 /// matching item against item would be quadratic (10,000 reordered items
 /// took 11 s that way).
-pub(super) fn same_items(a: &[&Value], b: &[&Value]) -> bool {
+pub(in crate::admission) fn same_items(a: &[&Value], b: &[&Value]) -> bool {
     if a.len() != b.len() {
         return false;
     }

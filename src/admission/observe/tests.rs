@@ -106,6 +106,85 @@ fn the_write_names_its_object_and_writer_and_other_requests_are_skipped() {
     assert!(read_write(b"not json", &rules()).is_err());
 }
 
+/// Gateway API's `status.parents`, as an implementation writes it.
+fn parent(controller: &str, gateway: &str, accepted: &str) -> Value {
+    json!({"controllerName": controller, "parentRef": {"name": gateway},
+           "conditions": [{"type": "Accepted", "status": accepted, "message": "seen by the gateway"}]})
+}
+
+#[test]
+fn changed_entries_of_an_undeclared_list_are_named_by_each_member_that_could_name_a_writer() {
+    let old = json!({"parents": [parent("a.io/gw", "one", "True"), parent("b.io/gw", "two", "True")]});
+    // a's entry changes; b's is untouched; a text member is never named.
+    let mut new = json!({"parents": [parent("a.io/gw", "one", "False"), parent("b.io/gw", "two", "True")]});
+    new["parents"][0]["note"] = json!("free text, not a name");
+    assert_eq!(
+        changed(old.clone(), new),
+        ["status.parents", "status.parents[controllerName=\"a.io/gw\"]"]
+    );
+    // A full update that drops b's entry changes b's entries too.
+    let dropped = json!({"parents": [parent("a.io/gw", "one", "True")], "other": [1, "x"]});
+    assert_eq!(
+        changed(old, dropped),
+        [
+            "status.other",
+            "status.parents",
+            "status.parents[controllerName=\"b.io/gw\"]"
+        ]
+    );
+}
+
+#[test]
+fn a_declared_list_names_its_changed_entries_by_its_key_only() {
+    let rules = Ownership::from_yaml(
+        "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - group: example.com\n    resource: widgets\n    lists: [{path: parents, key: controllerName}]\n",
+    )
+    .unwrap();
+    let mut old = parent("a.io/gw", "one", "True");
+    old["sectionName"] = json!("http");
+    let new = json!({"parents": [parent("a.io/gw", "one", "False")]});
+    let write = read_write(&review("x", json!({"parents": [old]}), new), &rules)
+        .unwrap()
+        .unwrap();
+    let changed: Vec<String> = write.changed.iter().map(ToString::to_string).collect();
+    assert_eq!(changed, ["status.parents[controllerName=\"a.io/gw\"]"]);
+}
+
+#[test]
+fn entries_are_recorded_by_list_member_and_value_and_capped_apart() {
+    let entry = |value: &str| Item::Entry {
+        list: FieldPath::parse("parents").unwrap(),
+        key: "controllerName".into(),
+        value: value.into(),
+    };
+    let mut observer = Observer::new(4, 2, 1 << 20);
+    let mut first = write("a", &["x", "condition Ready"]);
+    first.changed.extend([entry("a.io/gw"), entry("b.io/gw")]);
+    observer.record(&first);
+    let mut second = write("a", &[]);
+    second.changed.extend([entry("a.io/gw"), entry("c.io/gw")]);
+    observer.record(&second);
+    let snapshot = observer.snapshot();
+    let a = &snapshot.resources[0].writers[0];
+    let values = &a.entries["parents"]["controllerName"];
+    assert_eq!(values.get("a.io/gw"), Some(&2));
+    assert_eq!(values.get("b.io/gw"), Some(&1));
+    assert!(!values.contains_key("c.io/gw"), "past the cap of 2 values: {a:?}");
+    assert_eq!(a.fields.get(OTHER_ITEM), Some(&1));
+    // The fields and conditions kept their own cap.
+    assert_eq!((a.fields.get("x"), a.conditions.get("Ready")), (Some(&1), Some(&1)));
+    let json = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(
+        json["resources"][0]["writers"][0]["entries"]["parents"]["controllerName"]["a.io/gw"],
+        2
+    );
+    // A record from before entries were kept still reads.
+    let older: ObservedWriters = serde_json::from_value(json!({"resources": [{"group": "g", "resource": "r",
+        "writers": [{"identity": "a", "writes": 1, "fields": {}, "conditions": {}}]}], "identities": 1, "cappedWrites": 0}))
+    .unwrap();
+    assert!(older.resources[0].writers[0].entries.is_empty());
+}
+
 fn write(writer: &str, items: &[&str]) -> ObservedWrite {
     ObservedWrite {
         facts: WriteFacts {

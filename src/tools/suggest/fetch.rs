@@ -61,7 +61,12 @@ pub async fn objects(
                 Some(ns) => format!("{ns}/{}", object.name_any()),
                 None => object.name_any(),
             };
-            fields.push(object_fields(&id, object.managed_fields(), conditions_key));
+            fields.push(object_fields(
+                &id,
+                object.managed_fields(),
+                conditions_key,
+                object.data.get("status"),
+            ));
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
