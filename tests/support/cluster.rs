@@ -522,3 +522,55 @@ pub async fn grant_status_writers(client: &Client, role: &str, group: &str, reso
         .await;
     }
 }
+
+/// Registers a test's webhook configurations, both named
+/// `statusguard-<namespace>`, for `UPDATE` of `resources` (e.g.
+/// `widgets/status`) of `group`, in the namespace labelled
+/// `statusguard-test: <namespace>`, at `https://127.0.0.1:port/validate`
+/// (and `/mutate`, reinvoked if needed, when `mutate`): how the tests
+/// register a server of their own without a Service.
+pub async fn register_test_webhooks(
+    admin: &Client,
+    namespace: &str,
+    (group, resources): (&str, &[&str]),
+    port: u16,
+    ca_pem: &str,
+    mutate: bool,
+) {
+    use base64::Engine as _;
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    let webhook = |path: &str| {
+        serde_json::json!({
+            "name": format!("{}.statusguard.dev", path),
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{port}/{path}"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            },
+            "rules": [{"apiGroups": [group], "apiVersions": ["*"], "resources": resources,
+                       "operations": ["UPDATE"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"statusguard-test": namespace}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": 5,
+        })
+    };
+    let name = format!("statusguard-{namespace}");
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    ensure_json(
+        &validating,
+        serde_json::json!({"metadata": {"name": name}, "webhooks": [webhook("validate")]}),
+    )
+    .await;
+    if mutate {
+        let mut hook = webhook("mutate");
+        hook["reinvocationPolicy"] = serde_json::json!("IfNeeded");
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+        ensure_json(
+            &mutating,
+            serde_json::json!({"metadata": {"name": name}, "webhooks": [hook]}),
+        )
+        .await;
+    }
+}

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -244,37 +243,18 @@ impl GatewayScenario {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = String>,
     {
-        let webhook = |path: &str| {
-            json!({
-                "name": format!("{}.statusguard.dev", path),
-                "clientConfig": {
-                    "url": format!("https://127.0.0.1:{port}/{path}"),
-                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-                },
-                "rules": [{"apiGroups": [GROUP], "apiVersions": ["*"],
-                           "resources": ["httproutes/status", "grpcroutes/status", "backendtlspolicies/status"],
-                           "operations": ["UPDATE"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchLabels": {"statusguard-test": self.namespace}},
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Fail",
-                "matchPolicy": "Equivalent",
-                "timeoutSeconds": 5,
-            })
-        };
-        let name = format!("statusguard-{}", self.namespace);
-        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.admin.clone());
-        cluster::ensure_json(
-            &validating,
-            json!({"metadata": {"name": name}, "webhooks": [webhook("validate")]}),
+        cluster::register_test_webhooks(
+            &self.admin,
+            &self.namespace,
+            (
+                GROUP,
+                &["httproutes/status", "grpcroutes/status", "backendtlspolicies/status"],
+            ),
+            port,
+            ca_pem,
+            mutate,
         )
         .await;
-        if mutate {
-            let mut hook = webhook("mutate");
-            hook["reinvocationPolicy"] = json!("IfNeeded");
-            let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.admin.clone());
-            cluster::ensure_json(&mutating, json!({"metadata": {"name": name}, "webhooks": [hook]})).await;
-        }
         let wanted: &[&str] = if mutate {
             &["endpoint=\"validate\"", "endpoint=\"mutate\""]
         } else {
