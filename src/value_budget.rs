@@ -58,8 +58,9 @@ impl ValueBudget {
         }
     }
 
-    /// Spends `bytes`, or says that there are not that many left.
-    fn spend<E: serde::de::Error>(bytes: usize) -> Result<(), E> {
+    /// Spends `bytes`, or says that there are not that many left (for
+    /// what a reader holds besides values: captured text's slots).
+    pub(crate) fn spend<E: serde::de::Error>(bytes: usize) -> Result<(), E> {
         LEFT.with(|left| match left.get() {
             None => Ok(()),
             Some(available) => match available.checked_sub(bytes) {

@@ -156,6 +156,8 @@ pub(crate) fn answer_observing(
 /// the management of what it restores back to its managers (see
 /// `managed_fields`). Read only for a denial or a trim.
 fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decision: Decision) -> Decision {
+    // The managedFields are built, where they are, under a review's budget.
+    let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     let old = request.old_object.as_ref().and_then(|o| o.metadata.managed_fields);
     let new = request.object.as_ref().and_then(|o| o.metadata.managed_fields);
     match decision.outcome {
@@ -207,7 +209,11 @@ fn is_stale(request: &ReviewRequest<'_>) -> bool {
         .as_ref()
         .and_then(|o| o.metadata.resource_version.as_deref());
     match (written, stored) {
-        (Some(written), Some(stored)) => !written.is_empty() && written != stored,
+        // The API server compares the versions as numbers (etcd revisions).
+        (Some(written), Some(stored)) => match (written.parse::<u64>(), stored.parse::<u64>()) {
+            (Ok(written), Ok(stored)) => written != 0 && written != stored,
+            _ => !written.is_empty() && written != stored,
+        },
         _ => false,
     }
 }

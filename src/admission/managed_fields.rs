@@ -92,8 +92,7 @@ pub(crate) fn handed_back(
         }
         // ...and given to the managers the stored object recorded.
         for previous in &old {
-            let mut fields = previous.get("fieldsV1").cloned().unwrap_or(Value::Null);
-            let Some((place, subtree)) = take(&mut fields, &steps) else {
+            let Some((place, subtree)) = previous.get("fieldsV1").and_then(|f| find(f, &steps)) else {
                 continue;
             };
             let at = match entries.iter().position(|e| same_manager(e, previous)) {
@@ -101,16 +100,15 @@ pub(crate) fn handed_back(
                 None => {
                     // A forced apply that took every field of a manager
                     // dropped its entry: it comes back, with this item only.
-                    let mut entry = previous.clone();
-                    entry.insert("fieldsV1".to_owned(), Value::Object(Map::new()));
-                    entries.push(entry);
+                    let entry = previous.iter().filter(|(k, _)| *k != "fieldsV1");
+                    entries.push(entry.map(|(k, v)| (k.clone(), v.clone())).collect());
                     entries.len() - 1
                 }
             };
             let fields = entries[at]
                 .entry("fieldsV1")
                 .or_insert_with(|| Value::Object(Map::new()));
-            put(fields, &place, subtree);
+            put(fields, &place, subtree.clone());
             changed = true;
         }
     }
@@ -127,10 +125,31 @@ pub(crate) fn handed_back(
     Ok(Some(Value::Array(entries.into_iter().map(Value::Object).collect())))
 }
 
+/// The longest managedFields text read: the API server keeps a whole
+/// object under 1.5 MiB, and real managedFields are a few KiB.
+const MAX_TEXT: usize = 1024 * 1024;
+
+/// The entries of a managedFields text, built within the calling thread's
+/// value budget (see `value_budget`).
 fn read(raw: &RawValue) -> Result<Vec<Map<String, Value>>, ManagedFieldsError> {
-    match serde_json::from_str::<Option<Vec<Map<String, Value>>>>(raw.get()) {
-        Ok(entries) => Ok(entries.unwrap_or_default()),
-        Err(e) => Err(ManagedFieldsError(e.to_string())),
+    if raw.get().len() > MAX_TEXT {
+        return Err(ManagedFieldsError(format!(
+            "{} bytes, over {MAX_TEXT}",
+            raw.get().len()
+        )));
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let value = crate::value_budget::build(&mut deserializer).map_err(|e| ManagedFieldsError(e.to_string()))?;
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(entries) => entries
+            .into_iter()
+            .map(|entry| match entry {
+                Value::Object(entry) => Ok(entry),
+                _ => Err(ManagedFieldsError("an entry is not an object".to_owned())),
+            })
+            .collect(),
+        _ => Err(ManagedFieldsError("not a list".to_owned())),
     }
 }
 
@@ -160,6 +179,19 @@ fn take(fields: &mut Value, steps: &[Step<'_>]) -> Option<(Vec<String>, Value)> 
         found
     };
     place.insert(0, key);
+    Some((place, subtree))
+}
+
+/// The subtree at `steps` of a fieldsV1 set, and the concrete keys it is at.
+fn find<'v>(fields: &'v Value, steps: &[Step<'_>]) -> Option<(Vec<String>, &'v Value)> {
+    let (first, rest) = steps.split_first()?;
+    let (key, child) = fields.as_object()?.iter().find(|(k, _)| first.matches(k))?;
+    let (mut place, subtree) = if rest.is_empty() {
+        (Vec::new(), child)
+    } else {
+        find(child, rest)?
+    };
+    place.insert(0, key.clone());
     Some((place, subtree))
 }
 
@@ -407,7 +439,8 @@ mod tests {
         let rules = rules();
         let mut body: Value = serde_json::from_slice(&review(json!([]), json!([]))).unwrap();
         body["request"]["oldObject"]["metadata"]["resourceVersion"] = json!("7");
-        for (written, trimmed) in [("5", false), ("7", true), ("", true)] {
+        // The API server compares versions as numbers: "07" is "7".
+        for (written, trimmed) in [("5", false), ("7", true), ("07", true), ("", true)] {
             body["request"]["object"]["metadata"]["resourceVersion"] = json!(written);
             let answered = response(&answer(Some(&rules), &serde_json::to_vec(&body).unwrap(), Endpoint::Mutate).body);
             assert_eq!(answered["allowed"], true);
@@ -422,6 +455,22 @@ mod tests {
                 "resourceVersion {written:?}: {answered}"
             );
         }
+    }
+
+    /// A hostile review's managedFields cost no more than a review's values
+    /// may: text over 1 MiB is not read, and what is read is built within the
+    /// value budget (a MiB of one-member objects would be ~80 MiB of values).
+    #[test]
+    fn managed_fields_are_read_within_bounds() {
+        let _budget = crate::value_budget::ValueBudget::enter(crate::value_budget::REVIEW_VALUE_BUDGET);
+        let rules = rules();
+        let rules = rules.resource("example.com", "widgets").unwrap();
+        let item = Item::Condition("Ready".into());
+        let tiny = |n: usize| raw(Value::Array(vec![json!({"a": 0}); n]));
+        let over = handed_back(rules, &[&item], None, Some(&tiny(200_000))).unwrap_err();
+        assert!(over.to_string().contains("over 1048576"), "{over}");
+        let costly = handed_back(rules, &[&item], None, Some(&tiny(120_000))).unwrap_err();
+        assert!(costly.to_string().contains("more memory"), "{costly}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::wire::BorrowedKey;
 use crate::ownership::{KeyedItems, PathTree};
+use crate::value_budget::ValueBudget;
 
 /// The statuses of `oldObject` and `object`, projected: `None` for an
 /// absent (or `null`) object, `Some(None)` for an object without a status.
@@ -417,6 +418,9 @@ macro_rules! scalars_as {
     };
 }
 
+/// A built value's slot: what a `null` placeholder of a list item costs.
+const SLOT: usize = std::mem::size_of::<Value>();
+
 /// What stands for a parent that is not an object: only its kind matters.
 const NOT_AN_OBJECT: Value = Value::Bool(false);
 
@@ -432,6 +436,7 @@ impl<'de> Visitor<'de> for Capture<'_> {
         while let Some(key) = map.next_key_seed(ChildKey(self.0))? {
             match key {
                 Some((key, child)) => {
+                    ValueBudget::spend::<A::Error>(2 * std::mem::size_of::<(String, Captured<'de>)>() + key.len())?;
                     let value = map.next_value_seed(Capture(child, self.1))?;
                     // The last of duplicate keys wins, as in Go and serde_json.
                     members.retain(|(k, _)| *k != key);
@@ -479,9 +484,13 @@ impl<'de> Visitor<'de> for ListItem<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // metav1.Condition has six members; room for them without regrowing.
-        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(8);
+        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
+            // What is held for the text, counted as built values are: a
+            // slot (doubled for the vector's growth) and an unescaped key.
+            let held = 2 * std::mem::size_of::<(Cow<'de, str>, &'de RawValue)>()
+                + if matches!(key, Cow::Owned(_)) { key.len() } else { 0 };
+            ValueBudget::spend::<A::Error>(held)?;
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
         // The last key member wins, as the last of duplicate keys does in a value.
@@ -520,8 +529,10 @@ impl<'de> Visitor<'de> for ItemsOf<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
+        let mut items = Vec::new();
         while let Some(item) = seq.next_element_seed(ListItem(self.0, self.1))? {
+            // A slot (doubled for growth), and the `null` it may become.
+            ValueBudget::spend::<A::Error>(2 * std::mem::size_of::<Option<CapturedItem<'de>>>() + SLOT)?;
             items.push(item);
         }
         Ok(Captured::Items(items))
@@ -687,6 +698,25 @@ mod tests {
             json!({"mine": {"x": [1]}, "theirs": 2, "conditions": [{"type": "A"}, {"type": "B"}],
                    "parents": [{"c": "a"}, {"c": "b"}, null]})
         );
+    }
+
+    /// What the reader holds for captured text is counted as built values
+    /// are: 8 MiB of owned items the same in both objects is refused as too
+    /// large, not held (each slot is many times its text).
+    #[test]
+    fn captured_items_spend_from_the_review_budget() {
+        let _budget = crate::value_budget::ValueBudget::enter(crate::value_budget::REVIEW_VALUE_BUDGET);
+        let conditions = FieldPath::parse("conditions").unwrap();
+        let tree = PathTree::with_conditions([], &conditions, ["A".to_owned()]);
+        let text = format!(
+            r#"{{"conditions": [{}{{"type":"A"}}]}}"#,
+            r#"{"type":"A"},"#.repeat(600_000)
+        );
+        let raw: &RawValue = serde_json::from_str(&text).unwrap();
+        assert!(matches!(
+            capture_status(raw, &tree, None, Depth::Bounded),
+            Err(ProjectError::TooLarge)
+        ));
     }
 
     #[test]
