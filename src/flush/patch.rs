@@ -61,8 +61,8 @@ impl Owned {
 /// the stored object: `lock` as the resourceVersion, each owned path as
 /// staged (`null` where the staged object lacks what the server holds), and,
 /// for the conditions list and each keyed list the staged status has, that
-/// list with the owned items as staged and every other item as stored (see
-/// [`merge_keyed`]).
+/// list with the owned items as staged and every other item as stored, in
+/// the stored order (new owned items at the end).
 pub fn status_merge_patch(
     owned: &Owned,
     conditions_path: &FieldPath,
