@@ -857,6 +857,18 @@ async fn racing_writers_and_faults_roll_nothing_back_and_lose_nothing() {
     .await;
     wait_for_decision(&run.writers[2], &objects[0], "allowed").await;
     phase("after the edit");
+    // Writers' requests may still hang on connections made while the API
+    // server restarted (seen in CI: 5 s); the phase lasts until writes get
+    // through again, so that what it asserts is the edit, not that delay.
+    support::wait::eventually(Duration::from_secs(30), "writes get through after the edit", || async {
+        tally
+            .lock()
+            .unwrap()
+            .phases
+            .get("after the edit")
+            .is_some_and(|p| p.acknowledged > 0)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Stalled clients on statusguard's port: TLS handshakes never finished,
