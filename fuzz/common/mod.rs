@@ -27,11 +27,17 @@ pub fn rules(mode: &str) -> Ownership {
         )
         .replace(
             "        conditions: [Ready, Progressing]\n",
-            &format!("        conditions: [Ready, Progressing]\n        entries: {{parents: [{:?}]}}\n", ENTRY_KEYS[0]),
+            &format!(
+                "        conditions: [Ready, Progressing]\n        entries: {{parents: [{:?}]}}\n",
+                ENTRY_KEYS[0]
+            ),
         )
         .replace(
             "        conditions: [Scaled]\n",
-            &format!("        conditions: [Scaled]\n        entries: {{parents: [{:?}]}}\n", ENTRY_KEYS[1]),
+            &format!(
+                "        conditions: [Scaled]\n        entries: {{parents: [{:?}]}}\n",
+                ENTRY_KEYS[1]
+            ),
         );
     match Ownership::from_yaml(&text) {
         Ok(rules) => rules,
@@ -50,13 +56,27 @@ pub const WRITERS: [&str; 6] = [
 
 /// Keys at every level: the owned ones (top-level and nested) and others.
 const KEYS: [&str; 12] = [
-    "observedGeneration", "summary", "replicas", "scale", "lastScaleTime", "health", "notes", "a/b~c",
-    "free", "ready", "x", "conditions",
+    "observedGeneration",
+    "summary",
+    "replicas",
+    "scale",
+    "lastScaleTime",
+    "health",
+    "notes",
+    "a/b~c",
+    "free",
+    "ready",
+    "x",
+    "conditions",
 ];
 const TYPES: [&str; 6] = ["Ready", "Progressing", "Scaled", "Healthy", "Other", "Reviewed"];
 
 pub fn value(u: &mut Unstructured<'_>, depth: u32) -> Result<Value> {
-    let choice = if depth == 0 { u.int_in_range(0..=4)? } else { u.int_in_range(0..=7)? };
+    let choice = if depth == 0 {
+        u.int_in_range(0..=4)?
+    } else {
+        u.int_in_range(0..=7)?
+    };
     Ok(match choice {
         0 => Value::Null,
         1 => Value::Bool(u.arbitrary()?),
@@ -66,7 +86,10 @@ pub fn value(u: &mut Unstructured<'_>, depth: u32) -> Result<Value> {
         5 | 6 => {
             let mut map = Map::new();
             for _ in 0..u.int_in_range(0..=3)? {
-                map.insert(KEYS[u.int_in_range(0..=KEYS.len() - 1)?].to_owned(), value(u, depth - 1)?);
+                map.insert(
+                    KEYS[u.int_in_range(0..=KEYS.len() - 1)?].to_owned(),
+                    value(u, depth - 1)?,
+                );
             }
             Value::Object(map)
         }
@@ -102,7 +125,10 @@ pub fn entry(u: &mut Unstructured<'_>) -> Result<Value> {
             item.insert("controllerName".into(), value(u, 1)?);
         }
         _ => {
-            item.insert("controllerName".into(), json!(ENTRY_KEYS[u.int_in_range(0..=ENTRY_KEYS.len() - 1)?]));
+            item.insert(
+                "controllerName".into(),
+                json!(ENTRY_KEYS[u.int_in_range(0..=ENTRY_KEYS.len() - 1)?]),
+            );
         }
     }
     let gateway = ["a", "b"][u.int_in_range(0..=1)?];

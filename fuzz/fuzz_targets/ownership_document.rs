@@ -7,13 +7,18 @@ use statusguard::rules::parse_document;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(rules) = parse_document("fuzz", text) else { return };
+    let Ok(rules) = parse_document("fuzz", text) else {
+        return;
+    };
     for resource in rules.resources() {
         assert!(rules.resource(&resource.group, &resource.resource).is_some());
         for (i, a) in resource.writers.iter().enumerate() {
             assert!(!a.username.is_empty());
             for field in &a.fields {
-                assert!(!field.overlaps(&resource.conditions_path), "a field overlaps the conditions");
+                assert!(
+                    !field.overlaps(&resource.conditions_path),
+                    "a field overlaps the conditions"
+                );
             }
             for b in &resource.writers[i + 1..] {
                 assert_ne!(a.username, b.username);

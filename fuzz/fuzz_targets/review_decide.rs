@@ -8,9 +8,9 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
+use statusguard::admission::answer::answer;
 use statusguard::admission::answer::{decide_request, read_and_decide};
 use statusguard::admission::decide::Endpoint;
-use statusguard::admission::answer::answer;
 use std::sync::LazyLock;
 
 static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
@@ -21,7 +21,8 @@ fuzz_target!(|body: &[u8]| {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let answer = answer(Some(rules), body, endpoint);
             let one_pass = read_and_decide(rules, body, endpoint).map(|(_, decided)| common::summary(decided));
-            let two_passes = statusguard::admission::wire::parse_request(body).map(|request| common::summary(decide_request(rules, &request, endpoint)));
+            let two_passes = statusguard::admission::wire::parse_request(body)
+                .map(|request| common::summary(decide_request(rules, &request, endpoint)));
             match (one_pass, two_passes) {
                 (Ok(one), Ok(two)) => assert_eq!(one, two, "one pass and two passes answer alike"),
                 (one, two) => assert_eq!(one.is_ok(), two.is_ok(), "one pass and two passes read alike"),

@@ -57,8 +57,12 @@ fuzz_target!(|data: &[u8]| {
 /// observer): the single pass reads it as the wire does.
 fn facts(request: &ReviewRequest<'_>) -> String {
     let metadata = |o: &Option<statusguard::admission::wire::ObjectView<'_>>| {
-        o.as_ref()
-            .map(|o| (o.metadata.uid.as_deref().map(str::to_owned), o.metadata.managed_fields.map(managed_fields)))
+        o.as_ref().map(|o| {
+            (
+                o.metadata.uid.as_deref().map(str::to_owned),
+                o.metadata.managed_fields.map(managed_fields),
+            )
+        })
     };
     format!(
         "{} {:?} {} {:?} {} {:?} {:?} {:?}",

@@ -10,8 +10,8 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use statusguard::admission::answer::decide_request;
 use statusguard::admission::decide::{Endpoint, Outcome, decide};
-use statusguard::ownership::condition_type;
 use statusguard::admission::wire::parse_request;
+use statusguard::ownership::condition_type;
 use std::sync::LazyLock;
 
 static TRIM: LazyLock<statusguard::ownership::Ownership> = LazyLock::new(|| common::rules("trim"));
@@ -27,8 +27,18 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
     let decision = decide_request(&TRIM, &request, Endpoint::Mutate).expect("decided");
     // The reader leaves values of the same text in both statuses unbuilt:
     // it answers what the whole statuses answer.
-    let whole = decide(&TRIM, &request.head(), Endpoint::Mutate, Some(Some(&old)), Some(Some(&new))).expect("decided");
-    assert_eq!(decision.violations, whole.violations, "the text comparison changes no decision");
+    let whole = decide(
+        &TRIM,
+        &request.head(),
+        Endpoint::Mutate,
+        Some(Some(&old)),
+        Some(Some(&new)),
+    )
+    .expect("decided");
+    assert_eq!(
+        decision.violations, whole.violations,
+        "the text comparison changes no decision"
+    );
     assert_eq!(decision.response.patch, whole.response.patch, "nor the trim");
     let mut object = review["request"]["object"].clone();
     if let Some(patch) = &decision.response.patch {
@@ -41,8 +51,16 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
     let request = parse_request(&body).expect("a valid review");
     for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
         let d = decide_request(&TRIM, &request, endpoint).expect("decided");
-        assert!(d.violations.is_empty(), "{endpoint:?} after the trim: {:?}", d.violations);
-        assert!(matches!(d.outcome, Outcome::Allowed | Outcome::Exempt), "{:?}", d.outcome);
+        assert!(
+            d.violations.is_empty(),
+            "{endpoint:?} after the trim: {:?}",
+            d.violations
+        );
+        assert!(
+            matches!(d.outcome, Outcome::Allowed | Outcome::Exempt),
+            "{:?}",
+            d.outcome
+        );
     }
     // Outside the status, nothing changed.
     let original = &review["request"]["object"];
@@ -67,7 +85,11 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
             list.and_then(Value::as_array)
                 .map(|l| {
                     l.iter()
-                        .filter(|c| !others.iter().any(|w| w.conditions.iter().any(|t| Some(t.as_str()) == condition_type(c))))
+                        .filter(|c| {
+                            !others
+                                .iter()
+                                .any(|w| w.conditions.iter().any(|t| Some(t.as_str()) == condition_type(c)))
+                        })
                         .cloned()
                         .collect()
                 })
@@ -81,13 +103,22 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
             list.and_then(Value::as_array)
                 .map(|l| {
                     l.iter()
-                        .filter(|e| !others.iter().any(|w| parents.key_of(e).is_some_and(|k| w.entries_of(&parents.path).iter().any(|v| v == k))))
+                        .filter(|e| {
+                            !others.iter().any(|w| {
+                                parents
+                                    .key_of(e)
+                                    .is_some_and(|k| w.entries_of(&parents.path).iter().any(|v| v == k))
+                            })
+                        })
                         .cloned()
                         .collect()
                 })
                 .unwrap_or_default()
         };
-        assert_eq!(entries_mine(trimmed.get("parents")), entries_mine(new_map.get("parents")));
+        assert_eq!(
+            entries_mine(trimmed.get("parents")),
+            entries_mine(new_map.get("parents"))
+        );
     }
     Ok(())
 }
