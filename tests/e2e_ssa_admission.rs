@@ -214,6 +214,20 @@ async fn apply(client: &Client, base: &str, name: &str, manager: &str, status: V
     send(client, request).await
 }
 
+/// A dry-run status update of `object` as it is (under `base`), which
+/// reaches the scratch webhook once the API server calls it.
+async fn dry_run_status(client: &Client, base: &str, object: &Value) {
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let request = Request::new(base)
+        .replace_subresource("status", name, &params, serde_json::to_vec(object).unwrap())
+        .unwrap();
+    let _ = send(client, request).await;
+}
+
 /// The status-subresource managedFields entry of `manager` in `object`.
 fn fields_of(object: &Value, manager: &str) -> Value {
     object["metadata"]["managedFields"]
@@ -282,19 +296,7 @@ async fn managed_fields_after_a_trimmed_forced_status_apply_of_a_scalar_and_a_ma
     s.create_widget("probe", json!({})).await;
     server
         .register(&s.admin, "example.com", "widgets", &s.namespace, || async {
-            let object = s.get(&s.admin, "probe").await;
-            let request = Request::new(&base)
-                .replace_subresource(
-                    "status",
-                    "probe",
-                    &PostParams {
-                        dry_run: true,
-                        ..Default::default()
-                    },
-                    serde_json::to_vec(&object).unwrap(),
-                )
-                .unwrap();
-            let _ = send(&s.admin, request).await;
+            dry_run_status(&s.admin, &base, &s.get(&s.admin, "probe").await).await;
         })
         .await;
     let widget = |name: &str, manager: &str, replicas: i64, ready: Value, force: bool| {
@@ -417,23 +419,8 @@ async fn route_scratch(g: &GatewayScenario) -> ScratchServer {
     g.create_route("probe", json!([])).await;
     server
         .register(&g.admin, gateway::GROUP, "httproutes", &g.namespace, || async {
-            let object = g.get(&g.admin, "probe").await;
-            let request = Request::new(format!(
-                "/apis/{}/v1/namespaces/{}/httproutes",
-                gateway::GROUP,
-                g.namespace
-            ))
-            .replace_subresource(
-                "status",
-                "probe",
-                &PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-                serde_json::to_vec(&object).unwrap(),
-            )
-            .unwrap();
-            let _ = send(&g.admin, request).await;
+            let base = format!("/apis/{}/v1/namespaces/{}/httproutes", gateway::GROUP, g.namespace);
+            dry_run_status(&g.admin, &base, &g.get(&g.admin, "probe").await).await;
         })
         .await;
     server

@@ -156,6 +156,9 @@ pub(crate) fn answer_observing(
 /// the management of what it restores back to its managers (see
 /// `managed_fields`). Read only for a denial or a trim.
 fn with_managed_fields(rules: &Ownership, request: &ReviewRequest<'_>, mut decision: Decision) -> Decision {
+    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed) {
+        return decision;
+    }
     // The managedFields are built, where they are, under a review's budget.
     let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     let old = request.old_object.as_ref().and_then(|o| o.metadata.managed_fields);

@@ -115,23 +115,7 @@ fn log_tail(path: &Path) -> String {
 pub fn assets() -> Result<PathBuf, String> {
     static ASSETS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     ASSETS
-        .get_or_init(|| {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/build.sh");
-            let output = Command::new("bash")
-                .arg(&script)
-                .arg("--print")
-                .stderr(Stdio::inherit())
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "{} failed ({}); see its message above",
-                    script.display(),
-                    output.status
-                ));
-            }
-            Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
-        })
+        .get_or_init(|| super::printed_path("tests/cluster/build.sh"))
         .clone()
 }
 
