@@ -60,6 +60,8 @@ pub mod cluster;
 #[cfg(feature = "server")]
 pub mod metrics;
 #[cfg(feature = "server")]
+pub mod policies;
+#[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
 pub(crate) mod tools;

@@ -75,6 +75,36 @@ pub enum Command {
     /// status items (managedFields, and the webhook's observed writes), and
     /// where more than one writer does.
     Suggest(SuggestArgs),
+    /// Print the ownership document as something else the cluster can run.
+    #[command(subcommand)]
+    Export(ExportCommand),
+}
+
+/// `statusguard export`.
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// ValidatingAdmissionPolicies and MutatingAdmissionPolicies (with their
+    /// bindings) that decide as the webhook does, evaluated by the API
+    /// server itself: no webhook at all. Deterministic YAML, for GitOps.
+    Policies(ExportPoliciesArgs),
+}
+
+/// `statusguard export policies`.
+#[derive(Debug, Args)]
+pub struct ExportPoliciesArgs {
+    /// The ownership document, or a ConfigMap manifest with key `ownership.yaml`.
+    #[arg(long, env = "STATUSGUARD_OWNERSHIP", conflicts_with = "configmap")]
+    pub ownership: Option<PathBuf>,
+    /// Read the live ConfigMap NAMESPACE/NAME instead (in-cluster config, or KUBECONFIG).
+    #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
+    pub configmap: Option<ConfigMapRef>,
+    /// The first label of every object's name: `NAME.<resource>.<group>`.
+    #[arg(long, default_value = "statusguard")]
+    pub name: String,
+    /// Export even where the policies decide differently from the webhook
+    /// (`statusguard check` lists where).
+    #[arg(long)]
+    pub allow_deviations: bool,
 }
 
 /// `statusguard serve`.

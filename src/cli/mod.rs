@@ -5,7 +5,8 @@
 //! - `gen-certs`: a development CA and serving certificate;
 //! - `unregister`: remove the webhook configurations and stand the servers down;
 //! - `probe`: call each registered webhook as the API server does (`helm test`);
-//! - `suggest`: draft an ownership document from who writes what today.
+//! - `suggest`: draft an ownership document from who writes what today;
+//! - `export policies`: the document as admission policies, no webhook.
 //!
 //! `args` holds what clap parses; this module sets up logging and
 //! dispatches.
@@ -45,5 +46,6 @@ pub async fn run(cli: Cli, on_second_signal: impl FnOnce() + Send + 'static) -> 
         Command::Unregister(args) => commands::unregister::run(&args).await,
         Command::Probe(args) => commands::probe::run(args).await,
         Command::Suggest(args) => commands::suggest::run(&args).await,
+        Command::Export(args::ExportCommand::Policies(args)) => Ok(commands::export::run(&args).await),
     }
 }

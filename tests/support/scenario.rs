@@ -228,14 +228,21 @@ impl Scenario {
                     serde_json::to_vec(&object).unwrap(),
                 )
                 .unwrap();
-            let _ = send(&self.scaler, request).await;
+            let probe = send(&self.scaler, request).await;
             let metrics = metrics().await;
             let called = wanted.iter().all(|w| {
                 metrics
                     .lines()
                     .any(|l| l.starts_with("statusguard_admission_requests_total") && l.contains(w))
             });
-            if called { Ok(()) } else { Err(metrics) }
+            if called {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the probe got {} {}; /metrics: {metrics}",
+                    probe.code, probe.body
+                ))
+            }
         })
         .await
     }

@@ -52,6 +52,14 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
             if args.file.is_some() {
                 text += &writer_hints(&rules).await;
             }
+            let deviations = crate::policies::deviations(&rules);
+            if !deviations.is_empty() {
+                text += "warning: as policies (`statusguard export policies`), this document would be decided \
+                         differently from the webhook (README, \"Webhook or policies?\"):\n";
+                for deviation in deviations {
+                    text += &format!("  - {deviation}\n");
+                }
+            }
             print_out(&text);
             ExitCode::SUCCESS
         }
@@ -66,7 +74,7 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
 }
 
 /// The problems of a load, the source named once, in the heading.
-fn problems(error: LoadError) -> Vec<String> {
+pub(super) fn problems(error: LoadError) -> Vec<String> {
     match error {
         LoadError::Invalid { source, .. } => source.problems(),
         other => other.problems(),

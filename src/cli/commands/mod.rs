@@ -1,6 +1,7 @@
 //! The bodies of the commands, one file each.
 
 pub(super) mod check;
+pub(super) mod export;
 pub(super) mod gen_certs;
 pub(super) mod probe;
 pub(super) mod review;

@@ -1,0 +1,65 @@
+//! `statusguard export policies`: the ownership document as admission
+//! policies, printed as one YAML stream (deterministic, for GitOps).
+
+use std::process::ExitCode;
+
+use super::{cluster_client, print_out};
+use crate::cli::args::ExportPoliciesArgs;
+use crate::policies;
+use crate::rules::RulesSource;
+
+pub(crate) async fn run(args: &ExportPoliciesArgs) -> ExitCode {
+    let source = match (&args.ownership, &args.configmap) {
+        (Some(file), _) => RulesSource::File(file.clone()),
+        (None, Some(configmap)) => RulesSource::ConfigMap(configmap.clone()),
+        (None, None) => {
+            eprintln!("statusguard export policies: give --ownership FILE or --configmap NAMESPACE/NAME");
+            return ExitCode::from(2);
+        }
+    };
+    let loaded = match &source {
+        RulesSource::ConfigMap(_) => match cluster_client().await {
+            Ok(client) => source.load(&client).await.map_err(super::check::problems),
+            Err(e) => Err(vec![e.to_string()]),
+        },
+        local => local.load_local().map_err(super::check::problems),
+    };
+    let rules = match loaded {
+        Ok(rules) => rules,
+        Err(problems) => {
+            eprintln!("{source}: invalid:");
+            for problem in problems {
+                eprintln!("  - {problem}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    let deviations = policies::deviations(&rules);
+    if !deviations.is_empty() {
+        let verdict = if args.allow_deviations {
+            "exported anyway (--allow-deviations)"
+        } else {
+            "not exported"
+        };
+        eprintln!("{source}: the policies would decide differently from the webhook; {verdict}:");
+        for deviation in &deviations {
+            eprintln!("  - {deviation}");
+        }
+        if !args.allow_deviations {
+            eprintln!("give --allow-deviations to export them as they are (README: \"Webhook or policies?\")");
+            return ExitCode::from(1);
+        }
+    }
+    let mut text = format!("# statusguard export policies, from {source}\n");
+    for object in policies::policies(&args.name, &rules) {
+        match serde_saphyr::to_string(&object) {
+            Ok(yaml) => text += &format!("---\n{yaml}"),
+            Err(e) => {
+                eprintln!("statusguard export policies: cannot write YAML: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    print_out(&text);
+    ExitCode::SUCCESS
+}
