@@ -16,10 +16,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{GroupVersionKind, Request};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::Request;
 use serde_json::{Value, json};
 use statusguard::ownership::Ownership;
+use statusguard::policies::api_resource;
 use statusguard::rules::RulesSource;
 use support::cluster;
 use support::scenario::{CONTROLLER, SCALER, Scenario, Written, send};
@@ -257,15 +258,6 @@ fn random_write(rng: &mut Rng, stored: &Value) -> Value {
     written
 }
 
-/// The policies' API resources, by kind.
-fn policy_resource(kind: &str) -> ApiResource {
-    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-    ApiResource::from_gvk_with_plural(
-        &gvk,
-        &format!("{}s", kind.to_lowercase()).replace("policys", "policies"),
-    )
-}
-
 /// Applies the exported policies of `doc`, their bindings narrowed to the
 /// policies' namespace.
 async fn apply_policies(admin: &Client, doc: &str) {
@@ -277,7 +269,7 @@ async fn apply_policies(admin: &Client, doc: &str) {
                 json!({"namespaceSelector": {"matchLabels": {"statusguard-test": POLICIES_NS}}});
         }
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &policy_resource(&kind));
+        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &api_resource(&kind));
         api.patch(
             &name,
             &PatchParams::apply("e2e-policies").force(),
@@ -295,7 +287,7 @@ async fn delete_policies(admin: &Client) {
         "MutatingAdmissionPolicyBinding",
         "MutatingAdmissionPolicy",
     ] {
-        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &policy_resource(kind));
+        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &api_resource(kind));
         let _ = api
             .delete_collection(
                 &DeleteParams::default(),

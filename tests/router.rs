@@ -225,6 +225,7 @@ async fn serve_reads_a_configmap_manifest_like_check_and_review() {
         shutdown_timeout: Duration::from_secs(1),
         shutdown_delay: Duration::ZERO,
         registration: None,
+        policy_registration: None,
         observe: Default::default(),
     };
     let server = statusguard::server::Server::bind(config.clone()).await.unwrap();

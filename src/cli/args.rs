@@ -267,9 +267,19 @@ pub struct WebhookArgs {
     /// objectSelector of the webhooks, as JSON (a LabelSelector).
     #[arg(long, value_parser = parse_label_selector, env = "STATUSGUARD_WEBHOOK_OBJECT_SELECTOR")]
     pub webhook_object_selector: Option<LabelSelector>,
-    /// How often the configurations are applied again when nothing changed.
+    /// How often the configurations (and the policies) are applied again when nothing changed.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "STATUSGUARD_WEBHOOK_RESYNC")]
     pub webhook_resync: Duration,
+    /// Keep the rules as ValidatingAdmissionPolicies and
+    /// MutatingAdmissionPolicies (with bindings) named NAME.<resource>.<group>
+    /// in step with the rules in force (server-side apply): the API server
+    /// enforces them itself, with no webhook (`statusguard export policies`).
+    #[arg(long, env = "STATUSGUARD_REGISTER_POLICIES")]
+    pub register_policies: Option<String>,
+    /// Apply the policies even for a document they decide differently from
+    /// the webhook (`statusguard check` lists where).
+    #[arg(long, env = "STATUSGUARD_REGISTER_POLICIES_ALLOW_DEVIATIONS")]
+    pub register_policies_allow_deviations: bool,
 }
 
 fn parse_label_selector(text: &str) -> Result<LabelSelector, String> {
@@ -279,7 +289,9 @@ fn parse_label_selector(text: &str) -> Result<LabelSelector, String> {
 /// `statusguard unregister`.
 #[derive(Debug, Args)]
 pub struct UnregisterArgs {
-    /// The name of the webhook configurations (the server's --register-webhooks).
+    /// The name of the webhook configurations (the server's
+    /// --register-webhooks), which is also the name of the set of admission
+    /// policies deleted (the server's --register-policies).
     #[arg(long, env = "STATUSGUARD_REGISTER_WEBHOOKS")]
     pub name: String,
     /// NAMESPACE/NAME of the ownership ConfigMap, annotated so that running
@@ -320,7 +332,9 @@ pub struct TlsArgs {
 /// `statusguard probe`.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// The name of the webhook configurations (the server's --register-webhooks).
+    /// The name of the webhook configurations (the server's
+    /// --register-webhooks), which is also the name of the set of admission
+    /// policies deleted (the server's --register-policies).
     #[arg(long, env = "STATUSGUARD_REGISTER_WEBHOOKS")]
     pub name: String,
     /// NAMESPACE/NAME of the ownership ConfigMap: with it, a configuration

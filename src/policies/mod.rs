@@ -26,6 +26,25 @@ pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The label's value.
 pub const MANAGED_BY: &str = "statusguard";
+/// The label naming the set an object belongs to (the name prefix), by
+/// which `--register-policies` prunes and `unregister` deletes.
+pub const POLICY_SET_LABEL: &str = "statusguard.dev/policy-set";
+
+/// The four kinds of a set, in the order they are applied (a policy
+/// before its binding).
+pub const KINDS: [&str; 4] = [
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+];
+
+/// The API resource of one of [`KINDS`].
+pub fn api_resource(kind: &str) -> kube::api::ApiResource {
+    let plural = format!("{}s", kind.to_lowercase()).replace("policys", "policies");
+    let gvk = kube::core::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural)
+}
 
 /// The items a deny message lists before "and N more", as the webhook's.
 const MESSAGE_ITEMS: usize = 10;
@@ -183,8 +202,8 @@ pub fn object_name(prefix: &str, resource: &ResourceRules) -> String {
     }
 }
 
-fn metadata(name: &str) -> Value {
-    json!({"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}})
+fn metadata(prefix: &str, name: &str) -> Value {
+    json!({"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_SET_LABEL: prefix}})
 }
 
 fn match_constraints(resource: &ResourceRules) -> Value {
@@ -255,13 +274,13 @@ fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Val
         json!({
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": metadata(&name),
+            "metadata": metadata(prefix, &name),
             "spec": spec,
         }),
         json!({
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": metadata(&name),
+            "metadata": metadata(prefix, &name),
             "spec": {"policyName": name, "validationActions": actions},
         }),
     ]
@@ -276,7 +295,7 @@ fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value
         json!({
             "apiVersion": API_VERSION,
             "kind": "MutatingAdmissionPolicy",
-            "metadata": metadata(&name),
+            "metadata": metadata(prefix, &name),
             "spec": {
                 // A restore that cannot apply leaves the write to the Deny
                 // policy behind it, which refuses it: fail closed, not twice.
@@ -296,7 +315,7 @@ fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value
         json!({
             "apiVersion": API_VERSION,
             "kind": "MutatingAdmissionPolicyBinding",
-            "metadata": metadata(&name),
+            "metadata": metadata(prefix, &name),
             "spec": {"policyName": name},
         }),
     ]

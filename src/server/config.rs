@@ -14,6 +14,7 @@ use crate::cluster::certs::secret::{self as ca, ManagedCerts};
 use crate::cluster::certs::tls::{self, SwappableCert};
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::Registration;
+use crate::cluster::registration::policies::PolicyRegistration;
 use crate::rules::{ConfigMapRef, LoadError, RulesSource};
 use crate::server::limits::{self, Limits};
 use crate::server::state::App;
@@ -46,6 +47,8 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Keep these webhook configurations in step with the rules in force.
     pub registration: Option<Registration>,
+    /// Keep the rules as admission policies of this set in step with the rules in force.
+    pub policy_registration: Option<PolicyRegistration>,
     /// What the observer of status writes may do; its Events are sent only
     /// when the server talks to a cluster anyway (a ConfigMap, registration
     /// or certificates it keeps).
@@ -128,6 +131,7 @@ impl ServeConfig {
     pub(crate) fn needs_cluster(&self) -> bool {
         matches!(self.rules, RulesSource::ConfigMap(_))
             || self.registration.is_some()
+            || self.policy_registration.is_some()
             || matches!(self.certs, CertSource::Secret(_))
     }
 }

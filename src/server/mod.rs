@@ -30,6 +30,7 @@ use crate::cluster::events::Events;
 use crate::cluster::observer::{ObserveConfig, ObserverLoop};
 use crate::cluster::registration::Switch;
 use crate::cluster::registration::keep::{Inputs, keep_registered};
+use crate::cluster::registration::policies::keep_policies;
 use crate::metrics::Metrics;
 use crate::rules::RulesSource;
 use config::{ServeConfig, ServerError};
@@ -86,6 +87,10 @@ impl Server {
                 tracing::info!(source = %local, summary = %rules.summary(), "ownership rules loaded");
                 app.rules.replace(rules);
             }
+        }
+        if let (Some(policies), Some(client)) = (config.policy_registration.clone(), &client) {
+            let switch = switch_followed.clone();
+            background.push(keep_policies(client.clone(), policies, app.rules.clone(), switch).boxed());
         }
         if let (Some(mut registration), Some(client)) = (config.registration.clone(), &client) {
             registration.ownership_configmap = config.ownership_configmap().cloned();

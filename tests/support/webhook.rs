@@ -45,6 +45,7 @@ pub fn config(rules: RulesSource, tls_files: Option<CertFiles>) -> ServeConfig {
         shutdown_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         registration: None,
+        policy_registration: None,
         observe: Default::default(),
     }
 }

@@ -245,3 +245,11 @@ rollingUpdate:
 {{- printf "namespace=%q,job=~%q" .Release.Namespace (printf "%s|%s/%s" (include "statusguard.suffixedName" (list . "metrics")) .Release.Namespace (include "statusguard.fullname" .)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the pod mounts its serving certificate from a Secret (the
+webhook engine, certificates not kept by the server); empty otherwise.
+*/}}
+{{- define "statusguard.tlsVolume" -}}
+{{- if and (eq .Values.engine "webhook") (ne .Values.certificates.mode "server") }}true{{ end }}
+{{- end }}

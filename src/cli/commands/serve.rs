@@ -9,6 +9,7 @@ use crate::cluster::certs::policy::{CertPolicy, names_for};
 use crate::cluster::certs::secret::ManagedCerts;
 use crate::cluster::observer::ObserveConfig;
 use crate::cluster::registration::desired::{CaSource, Registration};
+use crate::cluster::registration::policies::PolicyRegistration;
 use crate::rules::RulesSource;
 use crate::server::Server;
 use crate::server::config::{CertSource, ServeConfig};
@@ -76,6 +77,11 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
         }),
         _ => None,
     };
+    let policy_registration = webhooks.register_policies.map(|name| PolicyRegistration {
+        name,
+        allow_deviations: webhooks.register_policies_allow_deviations,
+        resync: webhooks.webhook_resync,
+    });
 
     // One certificate source: the Secret the server keeps, files, or one
     // generated at start.
@@ -110,6 +116,7 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
         registration,
+        policy_registration,
         observe: ObserveConfig {
             rate_per_second: observe.observe_rate,
             max_identities: observe.observe_max_identities,

@@ -25,7 +25,10 @@ pub(crate) async fn run(args: &UnregisterArgs) -> anyhow::Result<ExitCode> {
         text += &format!("deleted {deleted}\n");
     }
     if done.deleted.is_empty() {
-        text += &format!("no webhook configuration named {} was registered\n", args.name);
+        text += &format!(
+            "no webhook configuration or admission policy named {} was registered\n",
+            args.name
+        );
     }
     print_out(&text);
     Ok(ExitCode::SUCCESS)

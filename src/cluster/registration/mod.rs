@@ -9,6 +9,7 @@
 
 pub(crate) mod desired;
 pub(crate) mod keep;
+pub mod policies;
 pub(crate) mod unregister;
 
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -1,5 +1,6 @@
 //! `statusguard unregister`: stand every server down, then delete both
-//! webhook configurations until they stay gone.
+//! webhook configurations, and the admission policies of the same set
+//! name, until they stay gone.
 
 use std::fmt;
 use std::time::Duration;
@@ -85,6 +86,31 @@ pub async fn unregister(
                 }
             }
         }
+        // The admission policies of the set of this name (--register-policies).
+        // A caller that may not even list them (the webhook engine's RBAC)
+        // has none to delete.
+        for kind in crate::policies::KINDS.iter().rev() {
+            let members = match super::policies::set_members(client, name, kind)
+                .await
+                .map_err(into_kube)
+            {
+                Ok(members) => members,
+                Err(kube::Error::Api(e)) if e.code == 403 => continue,
+                Err(e) => return Err(e),
+            };
+            for member in members {
+                if super::policies::delete(client, kind, &member)
+                    .await
+                    .map_err(into_kube)?
+                {
+                    deleted_now = true;
+                    let entry = format!("{kind} {member}");
+                    if !done.deleted.contains(&entry) {
+                        done.deleted.push(entry);
+                    }
+                }
+            }
+        }
         if deleted_now {
             quiet_since = tokio::time::Instant::now();
         }
@@ -93,6 +119,11 @@ pub async fn unregister(
         }
         tokio::time::sleep(Duration::from_millis(250).min(settle)).await;
     }
+}
+
+fn into_kube(error: super::policies::PolicyRegistrationError) -> kube::Error {
+    let super::policies::PolicyRegistrationError::Write { source, .. } = error;
+    source
 }
 
 async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, kube::Error>
