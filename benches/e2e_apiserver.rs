@@ -1,7 +1,11 @@
 //! What a webhook adds to a status write through the real kube-apiserver:
 //! sequential merge patches of a Widget's status with no webhook, with the
-//! null webhook, and with statusguard, p50/p99 of each and the differences,
-//! in one run, on the test control plane (tests/cluster/build.sh).
+//! null webhook, with statusguard, and with statusguard's rules as admission
+//! policies (`statusguard export policies`), p50/p99 of each, the
+//! differences and the API server's CPU per write, in one run, on the test
+//! control plane (tests/cluster/build.sh). Then the policies' CEL cost
+//! budget: the largest owned list, found by bisection, whose writes the
+//! policies still decide.
 //!
 //!     cargo bench --bench e2e_apiserver
 //!     E2E_WRITES=1000 cargo bench --bench e2e_apiserver
@@ -35,6 +39,107 @@ async fn write_loop(s: &Scenario, writes: u32) -> Vec<Duration> {
     }
     latencies.sort();
     latencies
+}
+
+/// The kube-apiserver of the test control plane: the process whose command
+/// line names its port.
+fn apiserver_pid(url: &str) -> Option<u32> {
+    let port = url.rsplit(':').next()?;
+    let wanted = format!("--secure-port={port}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_apiserver = args.first()?.ends_with(b"kube-apiserver");
+        (is_apiserver && args.contains(&wanted.as_bytes())).then_some(pid)
+    })
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name's closing parenthesis: fields 3.. of proc(5).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15, here 11 and 12; 100 ticks a second.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// [`write_loop`], with the API server's CPU per write in µs.
+async fn measured(s: &Scenario, writes: u32, apiserver: Option<u32>) -> (Vec<Duration>, f64) {
+    let before = apiserver.map_or(0.0, cpu_seconds);
+    let latencies = write_loop(s, writes).await;
+    let after = apiserver.map_or(0.0, cpu_seconds);
+    (latencies, (after - before) * 1e6 / f64::from(writes))
+}
+
+/// The embedded rules as admission policies, the controller also owning
+/// `deep` (kept as written: the cost budget's probe), bound to the
+/// scenario's namespace; waits until the API server enforces them (the
+/// controller's write of the scaler's `replicas` is refused).
+async fn apply_policies(s: &Scenario) -> Result<(), Error> {
+    let document = statusguard::rules::EMBEDDED_OWNERSHIP.replace(
+        "fields: [observedGeneration, summary]",
+        "fields: [observedGeneration, summary, deep]",
+    );
+    assert_ne!(document, statusguard::rules::EMBEDDED_OWNERSHIP);
+    let rules = statusguard::ownership::Ownership::from_yaml(&document)?;
+    for mut object in statusguard::policies::policies("bench", &rules) {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        if kind.ends_with("Binding") {
+            object["spec"]["matchResources"] =
+                json!({"namespaceSelector": {"matchLabels": {"statusguard-test": s.namespace}}});
+        }
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(s.admin.clone(), &statusguard::policies::api_resource(&kind));
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("bench").force(),
+            &kube::api::Patch::Apply(&object),
+        )
+        .await?;
+    }
+    support::wait::retry_until(Duration::from_secs(30), "the policies take effect", || async {
+        let written = s
+            .merge_patch_status(&s.controller, "w", json!({"status": {"replicas": 999}}))
+            .await;
+        if written.code == 403 { Ok(()) } else { Err(written.code) }
+    })
+    .await;
+    Ok(())
+}
+
+/// The largest owned list (items of one member each) whose write by
+/// another writer the policies still decide within the CEL cost budget,
+/// by bisection between `low` (decided) and `high` (not).
+async fn largest_within_budget(s: &Scenario, mut low: usize, mut high: usize) -> (usize, Duration) {
+    let mut slowest = Duration::ZERO;
+    while high - low > low / 20 {
+        let middle = (low + high) / 2;
+        let mut object = s.get(&s.admin, "w").await;
+        object["status"]["deep"] = json!({"items": (0..middle).map(|i| json!({"a": i})).collect::<Vec<_>>()});
+        let stored = s.put_status(&s.admin, &object).await;
+        assert_eq!(stored.code, 200, "{:?}", stored.body);
+        // The scaler writes its own field: the controller's `deep` is compared.
+        let started = Instant::now();
+        let written = s
+            .merge_patch_status(&s.scaler, "w", json!({"status": {"replicas": middle}}))
+            .await;
+        let took = started.elapsed();
+        if written.code == 200 {
+            low = middle;
+            slowest = took;
+        } else {
+            high = middle;
+        }
+    }
+    (low, slowest)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -86,10 +191,14 @@ async fn main() -> Result<(), Error> {
     let s = Scenario::new("bench-e2e").await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 0}))
         .await;
+    let apiserver = apiserver_pid(&s.cluster.url);
+    if apiserver.is_none() {
+        eprintln!("e2e_apiserver: kube-apiserver's process not found: no CPU figures");
+    }
 
     // Warm the API server's caches and connections first.
     write_loop(&s, 50).await;
-    let none = write_loop(&s, writes).await;
+    let (none, none_cpu) = measured(&s, writes, apiserver).await;
 
     let null_dir = tempfile::tempdir()?;
     let (port, ca_pem, answered) = null_webhook(null_dir.path()).await?;
@@ -99,7 +208,7 @@ async fn main() -> Result<(), Error> {
     })
     .await;
     write_loop(&s, 50).await;
-    let null = write_loop(&s, writes).await;
+    let (null, null_cpu) = measured(&s, writes, apiserver).await;
     s.unregister().await;
 
     let dir = tempfile::tempdir()?;
@@ -107,17 +216,36 @@ async fn main() -> Result<(), Error> {
     let server = RunningServer::start(config(RulesSource::Embedded, Some(files(dir.path())))).await;
     s.register(&server, &certs.ca_pem, false).await;
     write_loop(&s, 50).await;
-    let guard = write_loop(&s, writes).await;
+    let (guard, guard_cpu) = measured(&s, writes, apiserver).await;
     s.unregister().await;
 
+    apply_policies(&s).await?;
+    write_loop(&s, 50).await;
+    let (policies, policies_cpu) = measured(&s, writes, apiserver).await;
+    let (largest, slowest) = largest_within_budget(&s, 1_000, 20_000).await;
+
     println!("e2e_apiserver: {writes} sequential status merge patches through kube-apiserver each");
-    for (name, l) in [("no webhook", &none), ("null webhook", &null), ("statusguard", &guard)] {
+    for (name, l, cpu) in [
+        ("no webhook", &none, none_cpu),
+        ("null webhook", &null, null_cpu),
+        ("statusguard", &guard, guard_cpu),
+        ("policies", &policies, policies_cpu),
+    ] {
         println!(
-            "e2e_apiserver: {name:<13} p50 {:.2} ms  p99 {:.2} ms",
+            "e2e_apiserver: {name:<13} p50 {:.2} ms  p99 {:.2} ms  kube-apiserver CPU {cpu:.0} µs per write",
             percentile(l, 0.5),
             percentile(l, 0.99)
         );
     }
+    println!(
+        "e2e_apiserver: policies minus no webhook: p50 {:+.2} ms, p99 {:+.2} ms",
+        percentile(&policies, 0.5) - percentile(&none, 0.5),
+        percentile(&policies, 0.99) - percentile(&none, 0.99)
+    );
+    println!(
+        "e2e_apiserver: the policies decide an owned list of up to about {largest} items within CEL's cost budget (that write took {:.0} ms)",
+        slowest.as_secs_f64() * 1e3
+    );
     println!(
         "e2e_apiserver: statusguard minus null webhook: p50 {:+.2} ms, p99 {:+.2} ms (goal: at most +0.5 ms)",
         percentile(&guard, 0.5) - percentile(&null, 0.5),

@@ -653,3 +653,130 @@ async fn the_documented_deviations_are_what_the_api_server_does() {
     engines.webhook.unregister().await;
     delete_policies(&engines.webhook.admin).await;
 }
+
+/// The real kubectl's status writes, as the scaler, through both engines:
+/// `patch --subresource=status` (merge) and `apply --server-side
+/// --subresource=status`, of its own field and of the controller's, in
+/// enforce and in trim. Whether kubectl succeeds, and what is stored, must
+/// be the same; the webhook's 409 earns kubectl's `--force-conflicts`
+/// advice, the policy's 403 does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_writes_decide_alike_on_both_engines() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let engines = Engines::new().await;
+    let kubeconfig = engines
+        .webhook
+        .cluster
+        .service_account_kubeconfig(SCALER.0, SCALER.1)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let example = include_str!("../examples/ownership.yaml");
+    for mode in ["enforce", "trim"] {
+        let doc = example.replace("mode: enforce ", &format!("mode: {mode} "));
+        let (server, server_dir) = start_webhook(&engines, &doc, mode).await;
+        delete_policies(&engines.webhook.admin).await;
+        apply_policies(&engines.webhook.admin, &doc).await;
+        wait_for_replicas_guarded(&engines, mode).await;
+        let stored =
+            json!({"observedGeneration": 1, "replicas": 1, "conditions": [{"type": "Ready", "status": "True"}]});
+        for (what, own) in [("observedGeneration", false), ("replicas", true)] {
+            for verb in ["patch", "apply"] {
+                let mut outcomes = Vec::new();
+                for s in [&engines.webhook, &engines.policies] {
+                    let mut object = s.get(&s.admin, "case").await;
+                    object["status"] = stored.clone();
+                    assert_eq!(s.put_status(&s.admin, &object).await.code, 200);
+                    let status = json!({what: 7});
+                    let args: Vec<String> = match verb {
+                        "patch" => [
+                            "patch",
+                            "widget",
+                            "case",
+                            "-n",
+                            &s.namespace,
+                            "--subresource=status",
+                            "--type=merge",
+                            "-p",
+                        ]
+                        .iter()
+                        .map(|a| (*a).to_owned())
+                        .chain([json!({"status": status}).to_string()])
+                        .collect(),
+                        _ => {
+                            let manifest = dir.path().join(format!("{}.json", s.namespace));
+                            let object = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                                "metadata": {"name": "case", "namespace": s.namespace}, "status": status});
+                            std::fs::write(&manifest, object.to_string()).unwrap();
+                            [
+                                "apply",
+                                "--server-side",
+                                "--force-conflicts",
+                                "--subresource=status",
+                                "--field-manager=scaler",
+                                "-f",
+                            ]
+                            .iter()
+                            .map(|a| (*a).to_owned())
+                            .chain([manifest.display().to_string()])
+                            .collect()
+                        }
+                    };
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let (succeeded, _, stderr) = support::kubectl::run(&kubeconfig, &args);
+                    let after = s.get(&s.admin, "case").await["status"].clone();
+                    outcomes.push((succeeded, stderr, after));
+                }
+                let ((webhook_ok, webhook_said, webhook_status), (policies_ok, policies_said, policies_status)) =
+                    (&outcomes[0], &outcomes[1]);
+                let case =
+                    format!("{mode}, kubectl {verb} of {what}: webhook {webhook_said:?}, policies {policies_said:?}");
+                assert_eq!(webhook_ok, policies_ok, "{case}");
+                assert_eq!(webhook_status, policies_status, "{case}");
+                // Only another writer's field is refused in enforce (and restored in trim).
+                assert_eq!(*webhook_ok, own || mode == "trim", "{case}");
+                if !own {
+                    assert_eq!(webhook_status[what], json!(1), "{case}");
+                }
+                if !own && mode == "enforce" {
+                    assert!(
+                        webhook_said
+                            .contains("statusguard: system:serviceaccount:platform:widget-scaler may not change"),
+                        "{case}"
+                    );
+                    assert!(
+                        policies_said
+                            .contains("statusguard: system:serviceaccount:platform:widget-scaler may not change"),
+                        "{case}"
+                    );
+                    assert!(
+                        policies_said.contains("Forbidden") || policies_said.contains("forbidden"),
+                        "{case}"
+                    );
+                }
+            }
+        }
+        drop((server, server_dir));
+        engines.webhook.unregister().await;
+    }
+    delete_policies(&engines.webhook.admin).await;
+}
+
+/// Waits until the policies of `mode` decide in the policies' namespace
+/// under the example document: the controller's change of the scaler's
+/// `replicas` is refused (enforce) or undone (trim).
+async fn wait_for_replicas_guarded(engines: &Engines, mode: &str) {
+    let s = &engines.policies;
+    support::wait::retry_until(Duration::from_secs(30), "the policies take effect", || async {
+        let answer = case(s, &s.controller, &json!({"replicas": 1}), &json!({"replicas": 2})).await;
+        let in_force = match mode {
+            "enforce" => answer.code == 403,
+            _ => answer.code == 200 && status_of(&answer)["replicas"] == json!(1),
+        };
+        if in_force {
+            Ok(())
+        } else {
+            Err(format!("{} {}", answer.code, answer.body))
+        }
+    })
+    .await
+}
