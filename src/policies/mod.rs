@@ -334,6 +334,34 @@ pub fn policies(prefix: &str, rules: &Ownership) -> Vec<Value> {
     objects
 }
 
+/// Owned values the policies compare as the webhook does only down to
+/// [`cel::NULL_DEPTH`] levels (below that a `null` member differs from an
+/// absent one), one line per resource that owns any: the document cannot
+/// say how deep they are, so `check` names them for the reader to judge.
+pub fn depth_notes(rules: &Ownership) -> Vec<String> {
+    rules
+        .resources()
+        .iter()
+        .filter_map(|resource| {
+            let mut owned: Vec<String> = resource
+                .writers
+                .iter()
+                .flat_map(|w| w.fields.iter().map(|f| format!("status.{f}")))
+                .collect();
+            owned.extend(resource.lists.iter().map(|l| format!("status.{}[]", l.path)));
+            (!owned.is_empty()).then(|| {
+                format!(
+                    "{}: as policies, `null` and absent are alike only {} levels into {}: deeper, a `null` member \
+                     counts as a change",
+                    resource.name(),
+                    cel::NULL_DEPTH,
+                    owned.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 /// Where the policies answer differently from the webhook for this
 /// document, one line each naming the resource; empty when they decide alike.
 pub fn deviations(rules: &Ownership) -> Vec<String> {
@@ -344,11 +372,6 @@ pub fn deviations(rules: &Ownership) -> Vec<String> {
             found.push(format!(
                 "{name}: mode trim: a MutatingAdmissionPolicy restores silently (no warning, audit annotation \
                  or Event), and a restored number beyond 2^53 is refused instead"
-            ));
-        }
-        if resource.timeout_seconds.is_some() {
-            found.push(format!(
-                "{name}: timeoutSeconds has no meaning for policies (the API server evaluates them in process)"
             ));
         }
     }

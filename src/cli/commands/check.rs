@@ -52,6 +52,9 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
             if args.file.is_some() {
                 text += &writer_hints(&rules).await;
             }
+            for note in crate::policies::depth_notes(&rules) {
+                text += &format!("note: {note}\n");
+            }
             let deviations = crate::policies::deviations(&rules);
             if !deviations.is_empty() {
                 text += "warning: as policies (`statusguard export policies`), this document would be decided \
