@@ -81,6 +81,35 @@ impl WebhookSync {
     }
 }
 
+/// How a sync of the admission policies (`--register-policies`) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySync {
+    /// Applied from this rules generation (and the set pruned).
+    Applied(u64),
+    /// The apply failed: what is applied stays.
+    Failed,
+    /// No valid rules yet: nothing is applied.
+    Waiting,
+    /// The registration switch stands the servers down: nothing is applied.
+    StoodDown,
+    /// The rules in force would be decided differently by the policies, and
+    /// deviations are not allowed: the policies in force stay.
+    Deviations,
+}
+
+impl PolicySync {
+    /// The `result` label of `statusguard_policy_syncs_total`.
+    fn result(self) -> &'static str {
+        match self {
+            PolicySync::Applied(_) => "applied",
+            PolicySync::Failed => "error",
+            PolicySync::Waiting => "waiting",
+            PolicySync::StoodDown => "stood_down",
+            PolicySync::Deviations => "deviations",
+        }
+    }
+}
+
 /// The server's metrics registry and the families it records into.
 pub struct Metrics {
     registry: Registry,
@@ -95,6 +124,9 @@ pub struct Metrics {
     webhooks_registered: Gauge,
     webhooks_generation: Gauge,
     webhook_syncs: Family<ResultLabels, Counter>,
+    policies_registered: Gauge,
+    policies_generation: Gauge,
+    policy_syncs: Family<ResultLabels, Counter>,
     serving_certificate_expiry: Gauge,
     observed_writes: Family<ObservedLabels, Counter>,
     observations_skipped: Family<ResultLabels, Counter>,
@@ -180,6 +212,24 @@ impl Default for Metrics {
             "Webhook configuration syncs, by result (applied, error, waiting: no valid rules yet, stood_down)",
             webhook_syncs.clone(),
         );
+        let policies_registered = Gauge::default();
+        registry.register(
+            "policies_registered",
+            "1 while the admission policies match the rules in force (--register-policies)",
+            policies_registered.clone(),
+        );
+        let policies_generation = Gauge::default();
+        registry.register(
+            "policies_rules_generation",
+            "The rules generation the admission policies were last applied from (0: never)",
+            policies_generation.clone(),
+        );
+        let policy_syncs = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "policy_syncs",
+            "Admission policy syncs, by result (applied, error, waiting: no valid rules yet, stood_down, deviations: not applied)",
+            policy_syncs.clone(),
+        );
         let serving_certificate_expiry = Gauge::default();
         registry.register(
             "serving_certificate_expiry_timestamp_seconds",
@@ -225,6 +275,9 @@ impl Default for Metrics {
             webhooks_registered,
             webhooks_generation,
             webhook_syncs,
+            policies_registered,
+            policies_generation,
+            policy_syncs,
             serving_certificate_expiry,
             observed_writes,
             observations_skipped,
@@ -324,6 +377,25 @@ impl Metrics {
             WebhookSync::Failed => {}
             WebhookSync::Waiting | WebhookSync::StoodDown => {
                 self.webhooks_registered.set(0);
+            }
+        }
+    }
+
+    /// An admission policy sync ended as `sync` says.
+    pub fn policy_sync(&self, sync: PolicySync) {
+        let result = sync.result();
+        self.policy_syncs.get_or_create(&ResultLabels { result }).inc();
+        match sync {
+            PolicySync::Applied(generation) => {
+                self.policies_registered.set(1);
+                self.policies_generation.set(generation as i64);
+            }
+            // A failed apply changes nothing in the cluster: what was
+            // applied (and from which generation) still is.
+            PolicySync::Failed => {}
+            // The policies in force are an older document's.
+            PolicySync::Deviations | PolicySync::Waiting | PolicySync::StoodDown => {
+                self.policies_registered.set(0);
             }
         }
     }

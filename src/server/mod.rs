@@ -90,7 +90,8 @@ impl Server {
         }
         if let (Some(policies), Some(client)) = (config.policy_registration.clone(), &client) {
             let switch = switch_followed.clone();
-            background.push(keep_policies(client.clone(), policies, app.rules.clone(), switch).boxed());
+            let metrics = app.metrics.clone();
+            background.push(keep_policies(client.clone(), policies, metrics, app.rules.clone(), switch).boxed());
         }
         if let (Some(mut registration), Some(client)) = (config.registration.clone(), &client) {
             registration.ownership_configmap = config.ownership_configmap().cloned();

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use super::Switch;
 use crate::cluster::FIELD_MANAGER;
+use crate::metrics::{Metrics, PolicySync};
 use crate::policies::{self, KINDS, POLICY_SET_LABEL, api_resource};
 use crate::rules::store::{InForce, RuleStore};
 
@@ -81,6 +82,7 @@ enum Reported {
 pub async fn keep_policies(
     client: Client,
     registration: PolicyRegistration,
+    metrics: Arc<Metrics>,
     rules: Arc<RuleStore>,
     switch: watch::Receiver<Switch>,
 ) {
@@ -88,6 +90,7 @@ pub async fn keep_policies(
     let mut keeper = PolicyKeeper {
         client,
         registration,
+        metrics,
         rules,
         in_force,
         switch,
@@ -120,6 +123,7 @@ fn new_backoff() -> ExponentialBackoff {
 struct PolicyKeeper {
     client: Client,
     registration: PolicyRegistration,
+    metrics: Arc<Metrics>,
     rules: Arc<RuleStore>,
     in_force: watch::Receiver<Option<InForce>>,
     switch: watch::Receiver<Switch>,
@@ -143,6 +147,7 @@ impl PolicyKeeper {
         if *self.switch.borrow_and_update() == Switch::StoodDown {
             if self.report(Reported::StoodDown) {
                 tracing::warn!(%name, "statusguard.dev/registration: disabled stands the servers down: the admission policies are not applied");
+                self.metrics.policy_sync(PolicySync::StoodDown);
             }
             self.applied = None;
             return None;
@@ -151,6 +156,7 @@ impl PolicyKeeper {
             if self.report(Reported::Waiting) {
                 let why = self.rules.problem().map(|p| p.to_string()).unwrap_or_default();
                 tracing::warn!(%name, %why, "no valid ownership rules yet: no admission policy is applied");
+                self.metrics.policy_sync(PolicySync::Waiting);
             }
             return None;
         };
@@ -166,6 +172,7 @@ impl PolicyKeeper {
         if !deviations.is_empty() && !self.registration.allow_deviations {
             if self.report(Reported::Deviations(in_force.generation)) {
                 tracing::error!(%name, generation = in_force.generation, ?deviations, "the policies would decide this document differently from the webhook: not applied (the policies in force stay); --register-policies-allow-deviations applies it as it is");
+                self.metrics.policy_sync(PolicySync::Deviations);
             }
             return None;
         }
@@ -174,6 +181,7 @@ impl PolicyKeeper {
                 if self.report(Reported::Applied(in_force.generation)) {
                     tracing::info!(%name, generation = in_force.generation, summary = %in_force.rules.summary(), "admission policies applied");
                 }
+                self.metrics.policy_sync(PolicySync::Applied(in_force.generation));
                 self.applied = Some((in_force.generation, now));
                 self.backoff = new_backoff();
                 Some(now + resync)
@@ -183,6 +191,7 @@ impl PolicyKeeper {
                 if self.report(Reported::Failed(error.clone())) {
                     tracing::warn!(%name, %error, "cannot apply the admission policies; retrying (what is applied stays)");
                 }
+                self.metrics.policy_sync(PolicySync::Failed);
                 Some(now + self.backoff.next().unwrap_or(Duration::from_secs(30)))
             }
         }
