@@ -780,3 +780,68 @@ async fn wait_for_replicas_guarded(engines: &Engines, mode: &str) {
     })
     .await
 }
+
+/// statusguard's client-go status writer (tests/clients/statuswriter.sh).
+fn statuswriter() -> std::path::PathBuf {
+    support::printed_path("tests/clients/statuswriter.sh")
+        .unwrap_or_else(|e| panic!("this test drives a client-go program, which could not be built: {e}"))
+}
+
+/// A client-go controller's write (RetryOnConflict around get and
+/// UpdateStatus) through both engines: the webhook's 409 makes client-go
+/// refetch and retry (each retry changes the field again, so all five are
+/// refused), the policy's 403 ends the write at once. Its own field goes
+/// through both at the first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_go_retries_only_the_webhooks_conflict() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let engines = Engines::new().await;
+    let kubeconfig = engines
+        .webhook
+        .cluster
+        .service_account_kubeconfig(SCALER.0, SCALER.1)
+        .await;
+    let doc = include_str!("../examples/ownership.yaml");
+    let (server, server_dir) = start_webhook(&engines, doc, "enforce").await;
+    delete_policies(&engines.webhook.admin).await;
+    apply_policies(&engines.webhook.admin, doc).await;
+    wait_for_replicas_guarded(&engines, "enforce").await;
+    let stored = json!({"observedGeneration": 1, "replicas": 1});
+    for (set, webhook_said, policies_said) in [
+        (
+            json!({"observedGeneration": 7}),
+            "attempts=5 reason=Conflict",
+            "attempts=1 reason=Forbidden",
+        ),
+        (
+            json!({"replicas": 7}),
+            "attempts=1 reason=Success",
+            "attempts=1 reason=Success",
+        ),
+    ] {
+        let mut stored_after = Vec::new();
+        for (s, expected) in [(&engines.webhook, webhook_said), (&engines.policies, policies_said)] {
+            let mut object = s.get(&s.admin, "case").await;
+            object["status"] = stored.clone();
+            assert_eq!(s.put_status(&s.admin, &object).await.code, 200);
+            let output = std::process::Command::new(statuswriter())
+                .args(["-namespace", &s.namespace, "-name", "case", "-status", &set.to_string()])
+                .env("KUBECONFIG", &kubeconfig)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&output.stdout);
+            assert_eq!(
+                said.trim(),
+                expected,
+                "{} setting {set}: {}",
+                s.namespace,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            stored_after.push(s.get(&s.admin, "case").await["status"].clone());
+        }
+        assert_eq!(stored_after[0], stored_after[1], "setting {set}");
+    }
+    drop((server, server_dir));
+    engines.webhook.unregister().await;
+    delete_policies(&engines.webhook.admin).await;
+}

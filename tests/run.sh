@@ -5,7 +5,8 @@
 # The first run builds kube-apiserver, etcd and helm from pinned Go modules
 # (tests/cluster/build.sh; 5-20 minutes on 2 cores, cached afterwards), and
 # fetches the pinned Gateway API CRDs (tests/cluster/gateway-api.sh) and
-# builds kubectl from the same pin (tests/clients/kubectl.sh).
+# builds kubectl and a client-go status writer from the same pin
+# (tests/clients/kubectl.sh, tests/clients/statuswriter.sh).
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh --test e2e_rollback`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,5 +20,8 @@ echo "tests/run.sh: Gateway API CRDs in $STATUSGUARD_GATEWAY_CRDS" >&2
 STATUSGUARD_KUBECTL=$(tests/clients/kubectl.sh --print)
 export STATUSGUARD_KUBECTL
 echo "tests/run.sh: kubectl at $STATUSGUARD_KUBECTL" >&2
+STATUSGUARD_STATUSWRITER=$(tests/clients/statuswriter.sh --print)
+export STATUSGUARD_STATUSWRITER
+echo "tests/run.sh: statuswriter (client-go) at $STATUSGUARD_STATUSWRITER" >&2
 
 cargo test --locked "$@"
