@@ -487,6 +487,16 @@ async fn start_webhook(engines: &Engines, doc: &str, mode: &str) -> (RunningServ
     (server, dir)
 }
 
+/// Both engines on `doc` in `mode`: the webhook registered for its
+/// namespace, and only `doc`'s policies (a previous document's are deleted
+/// first) bound to theirs. The caller waits until the policies decide.
+async fn guard_both(engines: &Engines, doc: &str, mode: &str) -> (RunningServer, tempfile::TempDir) {
+    let webhook = start_webhook(engines, doc, mode).await;
+    delete_policies(&engines.webhook.admin).await;
+    apply_policies(&engines.webhook.admin, doc).await;
+    webhook
+}
+
 fn seed() -> u64 {
     std::env::var("STATUSGUARD_POLICY_SEED")
         .ok()
@@ -673,9 +683,7 @@ async fn kubectl_writes_decide_alike_on_both_engines() {
     let example = include_str!("../examples/ownership.yaml");
     for mode in ["enforce", "trim"] {
         let doc = example.replace("mode: enforce ", &format!("mode: {mode} "));
-        let (server, server_dir) = start_webhook(&engines, &doc, mode).await;
-        delete_policies(&engines.webhook.admin).await;
-        apply_policies(&engines.webhook.admin, &doc).await;
+        let (server, server_dir) = guard_both(&engines, &doc, mode).await;
         wait_for_replicas_guarded(&engines, mode).await;
         let stored =
             json!({"observedGeneration": 1, "replicas": 1, "conditions": [{"type": "Ready", "status": "True"}]});
@@ -802,9 +810,7 @@ async fn client_go_retries_only_the_webhooks_conflict() {
         .service_account_kubeconfig(SCALER.0, SCALER.1)
         .await;
     let doc = include_str!("../examples/ownership.yaml");
-    let (server, server_dir) = start_webhook(&engines, doc, "enforce").await;
-    delete_policies(&engines.webhook.admin).await;
-    apply_policies(&engines.webhook.admin, doc).await;
+    let (server, server_dir) = guard_both(&engines, doc, "enforce").await;
     wait_for_replicas_guarded(&engines, "enforce").await;
     let stored = json!({"observedGeneration": 1, "replicas": 1});
     for (set, webhook_said, policies_said) in [

@@ -178,7 +178,7 @@ impl DecisionError {
 pub const MAX_NESTING: usize = 16_384;
 
 /// How many violations a deny message names before it says "and N more".
-const MESSAGE_ITEMS: usize = 10;
+pub(crate) const MESSAGE_ITEMS: usize = 10;
 /// The API server asks webhooks to keep each warning under 120 characters.
 const WARNING_CHARS: usize = 120;
 
@@ -433,7 +433,7 @@ fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation
     response
 }
 
-fn warning(verb: &str, violation: &Violation) -> String {
+pub(crate) fn warning(verb: &str, violation: &Violation) -> String {
     let text = format!("statusguard {verb} {}, owned by {}", violation.item, violation.owner);
     if text.chars().count() <= WARNING_CHARS {
         text

@@ -16,6 +16,7 @@ mod restore;
 
 use serde_json::{Value, json};
 
+use crate::admission::decide::{MESSAGE_ITEMS, warning};
 use crate::cluster::registration::desired::{ALL_VERSIONS, match_conditions};
 use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation};
 
@@ -46,16 +47,21 @@ pub fn api_resource(kind: &str) -> kube::api::ApiResource {
     kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural)
 }
 
-/// The items a deny message lists before "and N more", as the webhook's.
-const MESSAGE_ITEMS: usize = 10;
-/// A warning's length, as the webhook's.
-const WARNING_CHARS: usize = 120;
-
 /// An owned item and its owner, with the CEL that tells whether a write changed it.
 struct Guarded<'r> {
     item: Item,
     owner: &'r str,
     changed: String,
+}
+
+impl Guarded<'_> {
+    /// The violation a writer other than the owner commits by changing it.
+    fn violation(&self) -> Violation {
+        Violation {
+            item: self.item.clone(),
+            owner: self.owner.to_owned(),
+        }
+    }
 }
 
 /// Every owned item of a resource, in the webhook's order (writer, then
@@ -159,11 +165,7 @@ fn violations(items: &[Guarded<'_>]) -> String {
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            let text = Violation {
-                item: item.item.clone(),
-                owner: item.owner.to_owned(),
-            }
-            .to_string();
+            let text = item.violation().to_string();
             format!("({} ? [{}] : [])", violated(i, item), cel::string(&text))
         })
         .collect();
@@ -178,18 +180,6 @@ fn deny_message() -> String {
          variables.violations.transformList(i, v, i < {MESSAGE_ITEMS}, v).join(\", \") + \
          (size(variables.violations) > {MESSAGE_ITEMS} ? \", and \" + string(size(variables.violations) - {MESSAGE_ITEMS}) + \" more\" : \"\")"
     )
-}
-
-/// A warning of the webhook's, cut as it cuts one.
-fn warning(verb: &str, violation: &Violation) -> String {
-    let text = format!("statusguard {verb} {}, owned by {}", violation.item, violation.owner);
-    if text.chars().count() <= WARNING_CHARS {
-        text
-    } else {
-        let mut cut: String = text.chars().take(WARNING_CHARS - 1).collect();
-        cut.push('…');
-        cut
-    }
 }
 
 /// The objects' name for a resource: `PREFIX.RESOURCE.GROUP` (a DNS
@@ -245,13 +235,9 @@ fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Val
                 .iter()
                 .enumerate()
                 .map(|(i, item)| {
-                    let violation = Violation {
-                        item: item.item.clone(),
-                        owner: item.owner.to_owned(),
-                    };
                     json!({
                         "expression": format!("!{}", violated(i, item)),
-                        "message": warning("changed", &violation),
+                        "message": warning("changed", &item.violation()),
                     })
                 })
                 .collect(),

@@ -202,7 +202,7 @@ fn is_drift(metadata: Option<&ObjectMeta>) -> bool {
 
 /// Retries of a failed apply: from half a second, doubling to 30 s, with jitter
 /// so that replicas refused together do not retry together.
-fn backoff() -> ExponentialBackoff {
+pub(super) fn backoff() -> ExponentialBackoff {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(Duration::from_secs(30))

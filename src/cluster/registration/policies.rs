@@ -21,13 +21,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
+use backon::ExponentialBackoff;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Switch;
+use super::keep::backoff;
 use crate::cluster::FIELD_MANAGER;
 use crate::metrics::{Metrics, PolicySync};
 use crate::policies::{self, KINDS, POLICY_SET_LABEL, api_resource};
@@ -96,7 +97,7 @@ pub async fn keep_policies(
         switch,
         reported: Reported::Nothing,
         applied: None,
-        backoff: new_backoff(),
+        backoff: backoff(),
     };
     tracing::info!(name = %keeper.registration.name, "keeping the admission policies in step with the rules");
     loop {
@@ -109,15 +110,6 @@ pub async fn keep_policies(
             () = tokio::time::sleep_until(wake) => {},
         }
     }
-}
-
-fn new_backoff() -> ExponentialBackoff {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
-        .build()
 }
 
 struct PolicyKeeper {
@@ -183,7 +175,7 @@ impl PolicyKeeper {
                 }
                 self.metrics.policy_sync(PolicySync::Applied(in_force.generation));
                 self.applied = Some((in_force.generation, now));
-                self.backoff = new_backoff();
+                self.backoff = backoff();
                 Some(now + resync)
             }
             Err(e) => {
