@@ -390,11 +390,10 @@ impl Metrics {
                 self.policies_registered.set(1);
                 self.policies_generation.set(generation as i64);
             }
-            // A failed apply changes nothing in the cluster: what was
-            // applied (and from which generation) still is.
-            PolicySync::Failed => {}
-            // The policies in force are an older document's.
-            PolicySync::Deviations | PolicySync::Waiting | PolicySync::StoodDown => {
+            // The policies in force are an older document's, or (an apply
+            // that stopped part way, a prune refused) a mix of two: the
+            // generation says which was last applied whole.
+            PolicySync::Failed | PolicySync::Deviations | PolicySync::Waiting | PolicySync::StoodDown => {
                 self.policies_registered.set(0);
             }
         }

@@ -104,6 +104,26 @@ fn configurations() -> Vec<(&'static str, String, Vec<&'static str>, Vec<&'stati
             never(&[]),
         ),
         (
+            // No webhook: no webhook Service, certificate or configuration,
+            // but the metrics Service its ServiceMonitor selects (the alert
+            // on unregistered policies reads those metrics).
+            "policies engine, monitored",
+            format!(
+                "{}engine: policies\nmetrics: {{service: {{enabled: true}}, serviceMonitor: {{enabled: true}}}}\n",
+                ownership()
+            ),
+            base.iter()
+                .copied()
+                .filter(|kind| !kind.ends_with("WebhookConfiguration"))
+                .chain(["ServiceMonitor"])
+                .collect(),
+            never(&[
+                "Secret",
+                "ValidatingWebhookConfiguration",
+                "MutatingWebhookConfiguration",
+            ]),
+        ),
+        (
             "webhook URL",
             format!("{}webhook: {{url: \"https://127.0.0.1:9443\"}}\n", ownership()),
             with(&[]),

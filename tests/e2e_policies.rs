@@ -80,7 +80,8 @@ fn random_document(rng: &mut Rng, mode: &str) -> String {
         &["summary", "summary.details"],
         &["scale.lastScaleTime"],
         &["extra"],
-        &["deep", "deep.x"],
+        // `deep.x` is sometimes a list: `deep.x.p` is then absent.
+        &["deep", "deep.x", "deep.x.p"],
     ];
     for choices in fields {
         let field = *rng.pick(choices);
@@ -220,15 +221,38 @@ fn random_status(rng: &mut Rng) -> Value {
     Value::Object(status)
 }
 
+/// `value` with every integer written as a double (`1` as `1.0`), as a
+/// client whose numbers are floats writes it.
+fn as_doubles(value: &Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.as_f64().map_or(Value::Null, |f| json!(f)),
+        Value::Array(items) => Value::Array(items.iter().map(as_doubles).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect()),
+        other => other.clone(),
+    }
+}
+
 /// A write from `stored`: a few members changed, sometimes none, sometimes
-/// only `null` members added (the same value, as the webhook sees it), and
-/// sometimes the lists reordered.
+/// only `null` members added (the same value, as the webhook sees it),
+/// sometimes the lists reordered, the numbers of `deep` written as doubles
+/// (the same value too), the whole status dropped, or one condition written
+/// where the stored status may have none.
 fn random_write(rng: &mut Rng, stored: &Value) -> Value {
     let mut written = stored.clone();
     let Some(map) = written.as_object_mut() else {
         return written;
     };
-    match rng.below(10) {
+    match rng.below(13) {
+        10 => {
+            if let Some(deep) = map.get_mut("deep") {
+                *deep = as_doubles(deep);
+            }
+        }
+        11 => map.clear(),
+        12 => {
+            let ty = *rng.pick(&["Ready", "Scaled", "Synced"]);
+            map.insert("conditions".to_owned(), json!([{"type": ty, "status": "True"}]));
+        }
         0 => {}
         1 => {
             if let Some(Value::Object(x)) = map.get_mut("deep").and_then(|d| d.get_mut("x")) {
@@ -661,6 +685,77 @@ async fn the_documented_deviations_are_what_the_api_server_does() {
     }
     drop((server, dir));
     engines.webhook.unregister().await;
+    delete_policies(&engines.webhook.admin).await;
+}
+
+/// Writes that once split the engines, each decided alike in enforce and
+/// in trim: several restored fields under an object the write dropped (or
+/// with no status at all), a conditions list left empty by the trim where
+/// the stored status had none, an owned path below a member that is a list,
+/// and a client's whole doubles (`1.0`, stored and reviewed as `1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_drop_parents_or_change_kinds_decide_alike() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let engines = Engines::new().await;
+    let document = |mode: &str| {
+        json!({
+            "apiVersion": "statusguard.dev/v1alpha1", "kind": "StatusOwnership", "mode": mode,
+            "exempt": {"groups": ["system:masters"]},
+            "resources": [{"group": "example.com", "resource": "widgets", "writers": [
+                {"serviceAccount": format!("{}/{}", CONTROLLER.0, CONTROLLER.1), "fields": ["replicas"]},
+                {"serviceAccount": format!("{}/{}", SCALER.0, SCALER.1),
+                 "fields": ["note", "observedGeneration", "summary.ready", "summary.total", "deep.x.p"],
+                 "conditions": ["Ready"]},
+            ]}],
+        })
+        .to_string()
+    };
+    let stored = json!({"note": "a", "observedGeneration": 2, "replicas": 1, "summary": {"ready": 1, "total": 3},
+                        "deep": {"x": {"p": 1, "q": [1, 2.5]}}});
+    let mut without_summary = stored.clone();
+    without_summary.as_object_mut().unwrap().remove("summary");
+    let cases = [
+        ("summary dropped", stored.clone(), without_summary),
+        ("status dropped", stored.clone(), Value::Null),
+        ("status emptied", stored.clone(), json!({})),
+        (
+            "another's condition added where none is stored",
+            stored.clone(),
+            json!({"note": "a", "observedGeneration": 2, "replicas": 2, "summary": {"ready": 1, "total": 3},
+                   "deep": {"x": {"p": 1, "q": [1, 2.5]}}, "conditions": [{"type": "Ready", "status": "True"}]}),
+        ),
+        (
+            "an owned path below a list",
+            json!({"note": "a", "deep": {"x": [1, 2]}}),
+            json!({"note": "a", "deep": {"x": [3]}}),
+        ),
+        (
+            "whole doubles",
+            stored.clone(),
+            json!({"note": "a", "observedGeneration": 2, "replicas": 2, "summary": {"ready": 1, "total": 3},
+                   "deep": {"x": {"p": 1.0, "q": [1.0, 2.5]}}}),
+        ),
+    ];
+    for mode in ["enforce", "trim"] {
+        let doc = document(mode);
+        let (server, dir) = guard_both(&engines, &doc, mode).await;
+        wait_for_policies(&engines, mode).await;
+        for (what, stored, written) in &cases {
+            let (webhook, policies) = both(&engines, stored, written).await;
+            if let Err(difference) = compare(mode, stored, &webhook, &policies) {
+                panic!("{mode}, {what}: {difference}");
+            }
+            // Not decided alike by accident: both engines did decide.
+            assert!(
+                [200, 409].contains(&webhook.code),
+                "{mode}, {what}: {} {:?}",
+                webhook.code,
+                webhook.body
+            );
+        }
+        drop((server, dir));
+        engines.webhook.unregister().await;
+    }
     delete_policies(&engines.webhook.admin).await;
 }
 

@@ -99,7 +99,7 @@ pub struct ExportPoliciesArgs {
     #[arg(long, env = "STATUSGUARD_CONFIGMAP")]
     pub configmap: Option<ConfigMapRef>,
     /// The first label of every object's name: `NAME.<resource>.<group>`.
-    #[arg(long, default_value = "statusguard")]
+    #[arg(long, default_value = "statusguard", value_parser = crate::policies::set_name)]
     pub name: String,
     /// Export even where the policies decide differently from the webhook
     /// (`statusguard check` lists where).
@@ -274,7 +274,7 @@ pub struct WebhookArgs {
     /// MutatingAdmissionPolicies (with bindings) named NAME.<resource>.<group>
     /// in step with the rules in force (server-side apply): the API server
     /// enforces them itself, with no webhook (`statusguard export policies`).
-    #[arg(long, env = "STATUSGUARD_REGISTER_POLICIES")]
+    #[arg(long, env = "STATUSGUARD_REGISTER_POLICIES", value_parser = crate::policies::set_name)]
     pub register_policies: Option<String>,
     /// Apply the policies even for a document they decide differently from
     /// the webhook (`statusguard check` lists where).

@@ -3,17 +3,16 @@
 //!
 //! CEL has no recursion and no user functions, so the webhook's
 //! [`same_value`](crate::ownership::same_value) (absent and `null` alike at
-//! every depth, numbers by kind and value, lists item by item) is unrolled to
+//! every depth, numbers by the text the API server writes for them, lists item by item) is unrolled to
 //! [`NULL_DEPTH`] levels inside an owned value; below that the comparison is
-//! CEL's `==`, for which a `null` member differs from an absent one and an
-//! `int` equals a `double` of the same value. `cel.bind` names each value
-//! once per level, so the text grows as `2^NULL_DEPTH`, not as the depth of
-//! the value.
+//! CEL's `==`, for which a `null` member differs from an absent one. Each
+//! value is bound to a name once per level, so the text grows as
+//! `2^NULL_DEPTH`, not as the depth of the value.
 
 use crate::ownership::FieldPath;
 
 /// How many levels inside an owned value the policies compare `null` and
-/// absent members alike, and numbers by kind: a Gateway API `parents` entry
+/// absent members alike, and numbers by value and text: a Gateway API `parents` entry
 /// (entry, its `conditions`, a condition, its members) is four.
 pub const NULL_DEPTH: usize = 4;
 
@@ -31,14 +30,20 @@ pub fn string_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
 
 /// The value at `path` below `status` (an expression giving the status or
 /// `null`), or `null` where a segment is missing or its parent is not an
-/// object: optional indexing never fails on a string or a `null`.
+/// object, as the webhook reads a path. Optional indexing alone would fail
+/// on a list (cel-go indexes a list by a string with an error, not `none`),
+/// so each step looks at its parent's type first.
 pub fn value_at(status: &str, segments: &[String]) -> String {
     // `dyn`: else the checker types the value as `null`, from `orValue(null)`.
-    let mut text = format!("dyn(optional.of({status})");
+    let mut text = status.to_owned();
     for segment in segments {
-        text += &format!("[?{}]", string(segment));
+        text = bind_value(
+            "pv",
+            &text,
+            &format!("type(pv) == map ? dyn(pv[?{}].orValue(null)) : null", string(segment)),
+        );
     }
-    text + ".orValue(null))"
+    format!("dyn({text})")
 }
 
 /// The list at `path` below `status`, or `[]` when it is missing or not a
@@ -55,9 +60,14 @@ pub fn same(a: &str, b: &str) -> String {
 }
 
 fn same_at(depth: usize, a: &str, b: &str, level: usize) -> String {
-    // `type(x) == type(y)` first: CEL's `==` holds `1 == 1.0` and
-    // `9007199254740993 == 9007199254740992.0` true.
-    let leaf = |a: &str, b: &str| format!("(type({a}) == type({b}) && {a} == {b})");
+    // Numbers as the webhook sees them: the API server writes a whole
+    // double (`1.0` from a client) as `1`, so an int and a double of the
+    // same value are the same. CEL's `==` also holds
+    // `9007199254740993 == 9007199254740992.0`, whose texts differ: across
+    // kinds it is trusted only below 2^53, where both are exact.
+    let leaf = |a: &str, b: &str| {
+        format!("({a} == {b} && (type({a}) == type({b}) || ({a} > -9007199254740992 && {a} < 9007199254740992)))")
+    };
     if depth == 0 {
         return leaf(a, b);
     }
@@ -146,7 +156,7 @@ mod tests {
         let path = FieldPath::parse("a.b").unwrap();
         assert_eq!(
             value_at("variables.old", path.segments()),
-            r#"dyn(optional.of(variables.old)[?"a"][?"b"].orValue(null))"#
+            r#"dyn([[variables.old].map(pv, type(pv) == map ? dyn(pv[?"a"].orValue(null)) : null)[0]].map(pv, type(pv) == map ? dyn(pv[?"b"].orValue(null)) : null)[0])"#
         );
     }
 

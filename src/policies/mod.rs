@@ -182,6 +182,46 @@ fn deny_message() -> String {
     )
 }
 
+/// The longest object name the API server takes (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// Checks a set's name (the objects' name prefix and the value of
+/// [`POLICY_SET_LABEL`]): a label value that is also the start of a DNS
+/// subdomain, lowercase letters, digits, `-` and `.`, at most 63
+/// characters. For clap, so that a bad name stops the command at once.
+pub fn set_name(name: &str) -> Result<String, String> {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = (1..=63).contains(&name.len())
+        && name.chars().all(|c| alphanumeric(c) || c == '-' || c == '.')
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric);
+    if valid {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{name:?}: a policy set's name is 1 to 63 lowercase letters, digits, '-' and '.', starting and \
+             ending with a letter or digit (it names the objects and labels them)"
+        ))
+    }
+}
+
+/// The objects of set `prefix` whose name would be longer than the API
+/// server takes, one line each: a long group name can take it past 253.
+pub fn name_problems(prefix: &str, rules: &Ownership) -> Vec<String> {
+    rules
+        .resources()
+        .iter()
+        .map(|resource| object_name(prefix, resource))
+        .filter(|name| name.len() > MAX_NAME)
+        .map(|name| {
+            format!(
+                "{name}: {} characters, more than the {MAX_NAME} a name may have: choose a shorter set name",
+                name.len()
+            )
+        })
+        .collect()
+}
+
 /// The objects' name for a resource: `PREFIX.RESOURCE.GROUP` (a DNS
 /// subdomain, as the document's names are), `PREFIX.RESOURCE` for the core group.
 pub fn object_name(prefix: &str, resource: &ResourceRules) -> String {
@@ -277,6 +317,14 @@ fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value
     let name = object_name(prefix, resource);
     let items = guarded(resource);
     let vars = variables(resource, &items);
+    let mut mutations: Vec<Value> = restore::patches(resource, &items)
+        .into_iter()
+        .map(|expression| json!({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}))
+        .collect();
+    if mutations.is_empty() {
+        // The API server requires one mutation; this one restores nothing.
+        mutations.push(json!({"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}));
+    }
     [
         json!({
             "apiVersion": API_VERSION,
@@ -289,10 +337,7 @@ fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value
                 "matchConstraints": match_constraints(resource),
                 "matchConditions": match_conditions(rules),
                 "variables": vars,
-                "mutations": [{
-                    "patchType": "JSONPatch",
-                    "jsonPatch": {"expression": restore::patch(resource, &items)},
-                }],
+                "mutations": mutations,
                 // Other policies' mutations run in no fixed order: run again
                 // after them, so that what is restored stays restored.
                 "reinvocationPolicy": "IfNeeded",
@@ -311,7 +356,9 @@ fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value
 /// resource the validating pair, then (trim) the mutating pair.
 pub fn policies(prefix: &str, rules: &Ownership) -> Vec<Value> {
     let mut objects = Vec::new();
-    for resource in rules.resources() {
+    // A resource whose writers own nothing has nothing to check: the API
+    // server takes no policy without a validation.
+    for resource in rules.resources().iter().filter(|r| !guarded(r).is_empty()) {
         objects.extend(validating(prefix, rules, resource));
         if resource.mode == Mode::Trim {
             objects.extend(mutating(prefix, rules, resource));
@@ -357,7 +404,8 @@ pub fn deviations(rules: &Ownership) -> Vec<String> {
         if resource.mode == Mode::Trim {
             found.push(format!(
                 "{name}: mode trim: a MutatingAdmissionPolicy restores silently (no warning, audit annotation \
-                 or Event), and a restored number beyond 2^53 is refused instead"
+                 or Event), does not hand server-side apply ownership back to the owner, and refuses a write \
+                 whose restored number is beyond 2^53"
             ));
         }
     }

@@ -6,18 +6,27 @@
 //! creating the objects above it that the write dropped; a condition type or
 //! keyed entry has its items removed one by one (indices counted down as
 //! earlier ones go) and the stored items appended. The whole list is never
-//! replaced, which would take the writer's own items with it. Ops are built
-//! against the write as it came, so every `remove` names an index that is there.
+//! replaced, which would take the writer's own items with it.
+//!
+//! Each field and each list is restored by a mutation of its own. The API
+//! server applies a policy's mutations in order, each to the object as the
+//! ones before left it, so a restore finds the objects an earlier one put
+//! back: two fields under a `summary` the write dropped are both restored,
+//! not the second `add` of `/status/summary` replacing the first. Within a
+//! mutation, ops are built against the object as that mutation sees it, so
+//! every `remove` names an index that is there.
 
 use super::{Guarded, cel, violated};
 use crate::ownership::{FieldPath, Item, KeyedList, ResourceRules};
 
-/// The largest integer JSONPatch values carry exactly: CEL's JSON encoding
-/// of a patch writes larger ones as strings.
-const EXACT_INTEGER: &str = "9007199254740992";
+/// The largest integer JSONPatch values carry exactly (2^53 - 1, cel-go's
+/// JSON-safe bound): CEL's JSON encoding of a patch writes larger ones as
+/// strings.
+const EXACT_INTEGER: &str = "9007199254740991";
 
-/// The `jsonPatch.expression`: every restore, as one list of ops.
-pub(super) fn patch(resource: &ResourceRules, items: &[Guarded<'_>]) -> String {
+/// The `jsonPatch.expression` of each mutation, in the order they apply:
+/// each owned field, then the conditions, then each keyed list.
+pub(super) fn patches(resource: &ResourceRules, items: &[Guarded<'_>]) -> Vec<String> {
     let mut parts = Vec::new();
     for (i, item) in items.iter().enumerate() {
         if let Item::Field(path) = &item.item {
@@ -64,11 +73,7 @@ pub(super) fn patch(resource: &ResourceRules, items: &[Guarded<'_>]) -> String {
             ));
         }
     }
-    if parts.is_empty() {
-        "[]".to_owned()
-    } else {
-        parts.join(" + ")
-    }
+    parts
 }
 
 fn op(kind: &str, pointer: &str, value: Option<&str>) -> String {
@@ -208,9 +213,14 @@ fn restore_list(
         })
         .collect();
     let there = cel::value_at("variables.new", list.path.segments());
+    let stored = cel::value_at("variables.old", list.path.segments());
+    // A list the stored status lacks, left with none of the write's items,
+    // is removed rather than left empty, as the webhook does.
+    let emptied = format!("{stored} == null && {new_list}.all(e, {} in r)", key_of("e"));
     let body = format!(
-        "size(r) == 0 ? [] : (type({there}) == list ? ({replaced} + {removed} + {appended}) : {set_whole})",
+        "size(r) == 0 ? [] : (type({there}) == list ? ({emptied} ? [{remove}] : {replaced} + {removed} + {appended}) : {set_whole})",
         appended = appended.join(" + "),
+        remove = op("remove", &cel::string(&pointer), None),
         set_whole = set(&list.path, &format!("({})", whole.join(" + "))),
     );
     cel::bind_value("r", &restored.join(" + "), &body)

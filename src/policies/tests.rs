@@ -73,13 +73,61 @@ fn trim_restores_with_a_mutating_policy_behind_the_deny_one() {
     let mutating = &objects[2]["spec"];
     assert_eq!(mutating["failurePolicy"], "Ignore");
     assert_eq!(mutating["reinvocationPolicy"], "IfNeeded");
-    let patch = mutating["mutations"][0]["jsonPatch"]["expression"].as_str().unwrap();
+    // A mutation per field and per list, each applied to the object as the
+    // ones before it left it.
+    let mutations = mutating["mutations"].as_array().unwrap();
+    let patches: Vec<&str> = mutations
+        .iter()
+        .map(|m| m["jsonPatch"]["expression"].as_str().unwrap())
+        .collect();
+    let fields = rules("trim").resources()[0]
+        .writers
+        .iter()
+        .map(|w| w.fields.len())
+        .sum::<usize>();
+    assert_eq!(patches.len(), fields + 1, "{patches:#?}");
+    let patch = patches.join("\n");
     // Never the whole conditions list: item by item.
     assert!(patch.contains(r#""/status/conditions" + "/" + string(i)"#), "{patch}");
     assert!(
         patch.contains(r#"JSONPatch{op: "remove", path: "/status/replicas"}"#),
         "{patch}"
     );
+}
+
+#[test]
+fn a_resource_whose_writers_own_nothing_has_no_policy() {
+    // The API server takes no ValidatingAdmissionPolicy without a validation.
+    let doc = r#"
+apiVersion: statusguard.dev/v1alpha1
+kind: StatusOwnership
+mode: audit
+resources:
+  - group: example.com
+    resource: widgets
+    writers:
+      - serviceAccount: platform/widget-controller
+"#;
+    let rules = Ownership::from_yaml(doc).unwrap();
+    assert!(policies("sg", &rules).is_empty());
+}
+
+#[test]
+fn set_names_are_label_values_and_name_prefixes() {
+    for good in ["statusguard", "sg.team-a", "a", &"a".repeat(63)] {
+        assert_eq!(set_name(good).as_deref(), Ok(good));
+    }
+    for bad in ["", "Statusguard", "-sg", "sg.", "sg_a", "sg/a", &"a".repeat(64)] {
+        assert!(set_name(bad).is_err(), "{bad:?}");
+    }
+    assert!(name_problems(&"a".repeat(63), &rules("enforce")).is_empty());
+    // A group of 243 characters takes `sg.widgets.<group>` past 253.
+    let group = vec!["g".repeat(60); 4].join(".");
+    let doc = DOC.replace("group: example.com", &format!("group: {group}"));
+    let long_group = Ownership::from_yaml(&doc).unwrap();
+    let problems = name_problems("sg", &long_group);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("254 characters"), "{problems:?}");
 }
 
 #[test]

@@ -34,6 +34,14 @@ pub(crate) async fn run(args: &ExportPoliciesArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let too_long = policies::name_problems(&args.name, &rules);
+    if !too_long.is_empty() {
+        eprintln!("{source}: the policies cannot be named:");
+        for problem in too_long {
+            eprintln!("  - {problem}");
+        }
+        return ExitCode::from(1);
+    }
     let deviations = policies::deviations(&rules);
     if !deviations.is_empty() {
         let verdict = if args.allow_deviations {

@@ -160,6 +160,14 @@ impl PolicyKeeper {
         {
             return Some(at + resync);
         }
+        let too_long = policies::name_problems(&name, &in_force.rules);
+        if !too_long.is_empty() {
+            if self.report(Reported::Failed(too_long.join("; "))) {
+                tracing::error!(%name, generation = in_force.generation, problems = ?too_long, "the admission policies cannot be named: not applied (the policies in force stay)");
+                self.metrics.policy_sync(PolicySync::Failed);
+            }
+            return None;
+        }
         let deviations = policies::deviations(&in_force.rules);
         if !deviations.is_empty() && !self.registration.allow_deviations {
             if self.report(Reported::Deviations(in_force.generation)) {
@@ -228,15 +236,20 @@ pub(crate) async fn set_members(
 ) -> Result<Vec<String>, PolicyRegistrationError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(kind));
     let selector = format!("{POLICY_SET_LABEL}={set}");
-    let list = api
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| PolicyRegistrationError::Write {
-            verb: "list",
-            kind: kind.to_owned(),
-            name: String::new(),
-            source,
-        })?;
+    let list = match api.list_metadata(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list,
+        // A kind this API server does not serve (MutatingAdmissionPolicy
+        // before Kubernetes 1.36 without its feature gate) holds none.
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(PolicyRegistrationError::Write {
+                verb: "list",
+                kind: kind.to_owned(),
+                name: String::new(),
+                source,
+            });
+        }
+    };
     Ok(list.items.into_iter().filter_map(|o| o.metadata.name).collect())
 }
 
