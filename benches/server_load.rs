@@ -9,6 +9,7 @@
 //!     LOAD_SWEEP=observe cargo bench --bench server_load # the observer off, at its default rate, at every write
 //!     LOAD_SWEEP=gateway cargo bench --bench server_load # an HTTPRoute with 32 parents of 8 conditions each
 //!     LOAD_SWEEP=owned cargo bench --bench server_load   # the review with its 120 endpoints owned (by alice)
+//!     LOAD_SWEEP=owned-size cargo bench --bench server_load # 3 KB .. 1 MiB reviews, endpoints owned
 //!     LOAD_SECONDS=20 cargo bench --bench server_load    # longer runs (default 10 s)
 //!
 //! Needs `h2load` (Debian: nghttp2-client) and `taskset` (util-linux); Go, for
@@ -395,6 +396,41 @@ fn main() -> Result<(), Error> {
                 bench.compare(
                     &format!("/validate, {} bytes", review.len()),
                     &default_rules,
+                    &body,
+                    "/validate",
+                    &[h1],
+                )?;
+            }
+        }
+        "owned-size" => {
+            // Issue 25: the size sweep with the values owned, `endpoints` (all
+            // but about 24 KB of each review above 4 KB) owned by a fourth
+            // writer and unchanged by the stale write, which is denied for
+            // the scaler's fields.
+            let owned = common::ownership()
+                .replace("fields: [notes]", "fields: [notes, endpoints]")
+                .replace("mode: trim", "mode: enforce");
+            assert!(
+                owned.contains("endpoints"),
+                "the fixture names alice's fields as expected"
+            );
+            let owned = bench.file("owned-size-enforce.yaml", owned.as_bytes())?;
+            for bytes in [3 << 10, 35 << 10, 256 << 10, 1 << 20] {
+                let review = common::review_shaped(true, common::Shape::sized(bytes));
+                let body = bench.file(&format!("owned-review-{bytes}.json"), &review)?;
+                bench.compare(
+                    &format!("/validate, {} bytes, endpoints owned", review.len()),
+                    &owned,
+                    &body,
+                    "/validate",
+                    &[h1],
+                )?;
+                // The observer's share: it copies the statuses of up to
+                // 200 writes a second and diffs them on a thread of its own.
+                bench.compare_with(
+                    &format!("/validate, {} bytes, endpoints owned, observer off", review.len()),
+                    &owned,
+                    &["--observe-rate", "0"],
                     &body,
                     "/validate",
                     &[h1],

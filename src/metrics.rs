@@ -245,7 +245,7 @@ impl Default for Metrics {
         let observations_skipped = Family::<ResultLabels, Counter>::default();
         registry.register(
             "observations_skipped",
-            "Status UPDATEs the observer did not read, by reason (rate: over --observe-rate, queue: its queue was full, bytes: over the room left in --observe-queue-bytes, unreadable)",
+            "Status UPDATEs the observer did not read, by reason (rate: over --observe-rate or --observe-bytes-rate, queue: its queue was full, bytes: over the room left in --observe-queue-bytes, unreadable)",
             observations_skipped.clone(),
         );
         let events = Family::<EventLabels, Counter>::default();

@@ -189,6 +189,12 @@ pub struct ObserveArgs {
     /// request path (which identity changed which items); 0: none.
     #[arg(long, default_value_t = 200, env = "STATUSGUARD_OBSERVE_RATE")]
     pub observe_rate: u32,
+    /// Bytes of request bodies the observer reads per second at most (as
+    /// well as --observe-rate writes), so that its CPU does not grow with
+    /// the size of the statuses: at the default, all of 200 writes of 40 KB
+    /// a second, or about 20 of 800 KB.
+    #[arg(long, default_value_t = crate::cluster::observer::DEFAULT_OBSERVE_BYTES_RATE, env = "STATUSGUARD_OBSERVE_BYTES_RATE")]
+    pub observe_bytes_rate: u64,
     /// Identities the record names; writes of more are counted as "(other)".
     #[arg(long, default_value_t = 256, env = "STATUSGUARD_OBSERVE_MAX_IDENTITIES")]
     pub observe_max_identities: usize,

@@ -36,6 +36,10 @@ use event_sender::{EventLimits, Pending, Stopped, send_events};
 pub struct ObserveConfig {
     /// Writes read per second at most (a token bucket with this burst); 0: none.
     pub rate_per_second: u32,
+    /// Request-body bytes of the writes read per second at most (a token
+    /// bucket with this burst): the observer's CPU is about proportional
+    /// to them; 0: none.
+    pub bytes_per_second: u64,
     /// Identities the record names; the rest are counted as `(other)`.
     pub max_identities: usize,
     /// Fields and condition types per identity; the rest as `(other)`.
@@ -64,6 +68,7 @@ impl Default for ObserveConfig {
     fn default() -> Self {
         Self {
             rate_per_second: 200,
+            bytes_per_second: DEFAULT_OBSERVE_BYTES_RATE,
             max_identities: 256,
             max_items: 256,
             max_record_bytes: 1024 * 1024,
@@ -78,6 +83,10 @@ impl Default for ObserveConfig {
 
 /// Jobs waiting for the observer; beyond this they are dropped.
 const QUEUE: usize = 1024;
+
+/// The default of [`ObserveConfig::bytes_per_second`]: 16 MiB of reviews a
+/// second, about 40 ms of the observer's CPU (BENCHMARKS.md, issue 25).
+pub const DEFAULT_OBSERVE_BYTES_RATE: u64 = 16 * 1024 * 1024;
 /// Events waiting to be sent; beyond this they are dropped.
 const EVENT_QUEUE: usize = 256;
 /// One decided write, for the observer: a copy of what it reads, never the
@@ -104,10 +113,14 @@ pub(crate) struct TokenBucket {
 
 impl TokenBucket {
     pub(crate) fn new(rate_per_second: u32, burst: u32, now: Instant) -> Self {
+        Self::of(f64::from(rate_per_second), f64::from(burst), now)
+    }
+
+    fn of(rate: f64, burst: f64, now: Instant) -> Self {
         Self {
-            rate: f64::from(rate_per_second),
-            burst: f64::from(burst),
-            tokens: f64::from(burst),
+            rate,
+            burst,
+            tokens: burst,
             refilled: now,
         }
     }
@@ -126,12 +139,24 @@ impl TokenBucket {
 
     /// Takes a token if there is one.
     pub(crate) fn take(&mut self, now: Instant) -> bool {
-        if self.ready(now) {
-            self.tokens -= 1.0;
+        self.take_n(1.0, now)
+    }
+
+    /// Takes `n` tokens if there are as many.
+    fn take_n(&mut self, n: f64, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens >= n {
+            self.tokens -= n;
             true
         } else {
             false
         }
+    }
+
+    /// Whether `n` tokens are there to take.
+    fn has(&mut self, n: f64, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= n
     }
 }
 
@@ -205,7 +230,8 @@ fn violation_bytes(violation: &Violation) -> usize {
 #[derive(Debug)]
 pub struct Observations {
     sender: mpsc::Sender<Job>,
-    bucket: Mutex<TokenBucket>,
+    /// Writes, and their request bodies' bytes, taken per second.
+    bucket: Mutex<(TokenBucket, TokenBucket)>,
     budget: ByteBudget,
     record: Arc<Mutex<Observer>>,
     config: ObserveConfig,
@@ -222,10 +248,14 @@ impl Observations {
         let (sender, receiver) = mpsc::channel(QUEUE);
         let observations = Self {
             sender,
-            bucket: Mutex::new(TokenBucket::new(
-                config.rate_per_second,
-                config.rate_per_second,
-                Instant::now(),
+            bucket: Mutex::new((
+                TokenBucket::new(config.rate_per_second, config.rate_per_second, Instant::now()),
+                // A second's worth: a body larger than that is never observed.
+                TokenBucket::of(
+                    config.bytes_per_second as f64,
+                    config.bytes_per_second as f64,
+                    Instant::now(),
+                ),
             )),
             budget: ByteBudget::new(config.queue_bytes),
             record: Arc::new(Mutex::new(Observer::new(
@@ -245,10 +275,13 @@ impl Observations {
         (observations, observer)
     }
 
-    /// Whether a write offered now could be taken (the rate allows one):
-    /// only then does the request path copy the write out.
-    pub(crate) fn ready(&self) -> bool {
-        self.bucket.lock().is_ok_and(|mut bucket| bucket.ready(Instant::now()))
+    /// Whether a write of a `body_bytes` request offered now could be taken
+    /// (both rates allow it): only then does the request path copy it out.
+    pub(crate) fn ready(&self, body_bytes: usize) -> bool {
+        let now = Instant::now();
+        self.bucket
+            .lock()
+            .is_ok_and(|mut b| b.0.ready(now) && b.1.has(body_bytes as f64, now))
     }
 
     /// Offers a decided status write of a guarded resource to the observer:
@@ -259,8 +292,15 @@ impl Observations {
     /// second: the statuses' text kept while the review is read (the request
     /// path copies a write only while [`ready`](Self::ready)), and a copy of
     /// the facts (cut) and the two statuses; the body is not kept.
-    pub fn offer(&self, metrics: &Metrics, write: Copied, rules: Arc<Ownership>, decision: &Decision) {
-        if matches!(write, Copied::Declined) || !self.take_token() {
+    pub fn offer(
+        &self,
+        metrics: &Metrics,
+        body_bytes: usize,
+        write: Copied,
+        rules: Arc<Ownership>,
+        decision: &Decision,
+    ) {
+        if matches!(write, Copied::Declined) || !self.take_tokens(body_bytes) {
             metrics.observation_skipped("rate");
             return;
         }
@@ -288,9 +328,17 @@ impl Observations {
         }
     }
 
-    fn take_token(&self) -> bool {
+    fn take_tokens(&self, body_bytes: usize) -> bool {
+        let now = Instant::now();
         match self.bucket.lock() {
-            Ok(mut bucket) => bucket.take(Instant::now()),
+            Ok(mut b) => {
+                // Both or neither: a write refused by one rate spends nothing.
+                if b.0.ready(now) && b.1.take_n(body_bytes as f64, now) {
+                    b.0.take(now)
+                } else {
+                    false
+                }
+            }
             Err(_) => false,
         }
     }

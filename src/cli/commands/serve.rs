@@ -119,6 +119,7 @@ pub(crate) fn config(args: ServeArgs) -> ServeConfig {
         policy_registration,
         observe: ObserveConfig {
             rate_per_second: observe.observe_rate,
+            bytes_per_second: observe.observe_bytes_rate,
             max_identities: observe.observe_max_identities,
             event_interval: observe.events.then_some(observe.event_interval),
             event_rate_per_second: observe.event_rate,

@@ -84,13 +84,13 @@ fn the_bucket_admits_its_rate_and_burst() {
         rate_per_second: 3,
         ..Default::default()
     });
-    let taken = (0..10).filter(|_| observations.take_token()).count();
+    let taken = (0..10).filter(|_| observations.take_tokens(0)).count();
     assert_eq!(taken, 3);
     let (none, _observer) = Observations::new(ObserveConfig {
         rate_per_second: 0,
         ..Default::default()
     });
-    assert!(!none.take_token());
+    assert!(!none.take_tokens(0));
 
     let start = Instant::now();
     let mut bucket = TokenBucket::new(2, 5, start);
@@ -150,7 +150,7 @@ async fn the_queue_holds_a_copy_of_the_statuses_never_the_body() {
     let body = Bytes::from(stale_review(4 * 1024 * 1024, 0));
     let decided = decision(&rules, &body);
     assert_eq!(decided.outcome, Outcome::Denied);
-    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
+    observations.offer(&metrics, body.len(), copied(&rules, &body), rules.clone(), &decided);
     assert!(body.is_unique(), "the queued job shares the request's body");
     let queued = observations.budget.used();
     assert!((1..4096).contains(&queued), "the job takes {queued} bytes");
@@ -172,8 +172,8 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     // observer is not running, so nothing is taken off the queue).
     let body = Bytes::from(stale_review(0, 200 * 1024));
     let decided = decision(&rules, &body);
-    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
-    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decided);
+    observations.offer(&metrics, body.len(), copied(&rules, &body), rules.clone(), &decided);
+    observations.offer(&metrics, body.len(), copied(&rules, &body), rules.clone(), &decided);
     assert_eq!(
         counter(&metrics, "statusguard_observations_skipped_total{result=\"bytes\"}"),
         Some(1.0)
@@ -184,6 +184,7 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
     let small = Bytes::from(stale_review(0, 0));
     observations.offer(
         &metrics,
+        small.len(),
         copied(&rules, &small),
         rules.clone(),
         &decision(&rules, &small),
@@ -206,6 +207,34 @@ async fn a_write_over_the_byte_budget_is_skipped_and_counted() {
 }
 
 #[tokio::test]
+async fn the_bytes_read_per_second_are_bounded_as_well_as_the_writes() {
+    let rules = rules();
+    let metrics = Metrics::default();
+    let body = Bytes::from(stale_review(0, 100 * 1024));
+    // Room for one and a half of these bodies a second, and writes to spare.
+    let (observations, _observer) = Observations::new(ObserveConfig {
+        bytes_per_second: body.len() as u64 * 3 / 2,
+        ..Default::default()
+    });
+    let decided = decision(&rules, &body);
+    assert!(observations.ready(body.len()));
+    observations.offer(&metrics, body.len(), copied(&rules, &body), rules.clone(), &decided);
+    assert!(observations.budget.used() > 0, "the first is taken");
+    // The second waits for the bytes: not copied out, and skipped as "rate".
+    assert!(!observations.ready(body.len()));
+    observations.offer(&metrics, body.len(), Copied::Declined, rules.clone(), &decided);
+    assert_eq!(
+        counter(&metrics, "statusguard_observations_skipped_total{result=\"rate\"}"),
+        Some(1.0)
+    );
+    // A small write still fits in what is left.
+    let small = Bytes::from(stale_review(0, 0));
+    assert!(observations.ready(small.len()));
+    // A body larger than a second's worth is never observed.
+    assert!(!observations.ready(body.len() * 2));
+}
+
+#[tokio::test]
 async fn a_dry_run_is_not_queued() {
     let rules = rules();
     let metrics = Metrics::default();
@@ -213,7 +242,13 @@ async fn a_dry_run_is_not_queued() {
     let mut review: Value = serde_json::from_slice(&stale_review(0, 0)).unwrap();
     review["request"]["dryRun"] = json!(true);
     let body = Bytes::from(serde_json::to_vec(&review).unwrap());
-    observations.offer(&metrics, copied(&rules, &body), rules.clone(), &decision(&rules, &body));
+    observations.offer(
+        &metrics,
+        body.len(),
+        copied(&rules, &body),
+        rules.clone(),
+        &decision(&rules, &body),
+    );
     assert_eq!(observations.budget.used(), 0);
 }
 

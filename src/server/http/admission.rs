@@ -185,20 +185,27 @@ fn answer_and_offer(app: &App, body: &Bytes, endpoint: Endpoint) -> (Answer, Dur
     let started = Instant::now();
     let rules = app.rules.current();
     // The write is copied out for the observer only while it could take it.
-    let observing = app.observations.ready();
+    let observing = app.observations.ready(body.len());
     let (answer, write) = answer_observing(rules.as_deref(), body, endpoint, observing);
     let elapsed = started.elapsed();
     if let (Verdict::Decided(decision), Some(rules)) = (&answer.verdict, rules) {
-        observe(app, endpoint, write, rules, decision);
+        observe(app, endpoint, body.len(), write, rules, decision);
     }
     (answer, elapsed)
 }
 
 /// Offers a status write of a guarded resource to the observer, once per
 /// write: at the endpoint that observes its mode ([`observed_at`]).
-fn observe(app: &App, endpoint: Endpoint, write: Copied, rules: Arc<Ownership>, decision: &Decision) {
+fn observe(
+    app: &App,
+    endpoint: Endpoint,
+    body_bytes: usize,
+    write: Copied,
+    rules: Arc<Ownership>,
+    decision: &Decision,
+) {
     if decision.mode.is_some_and(|mode| observed_at(mode) == endpoint) {
-        app.observations.offer(&app.metrics, write, rules, decision);
+        app.observations.offer(&app.metrics, body_bytes, write, rules, decision);
     }
 }
 

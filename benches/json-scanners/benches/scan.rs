@@ -1,0 +1,71 @@
+//! How fast each JSON library reads past a review: serde_json (what
+//! statusguard reads with), sonic-rs and simd-json, on the reviews of
+//! `benches/common` at 35 KB (issue 12's), 240 KB and 700 KB. Each reads the
+//! whole body and builds nothing; the lazy rows find both statuses, the raw
+//! text statusguard compares before it builds anything.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use serde::de::IgnoredAny;
+
+#[path = "../../common/mod.rs"]
+mod common;
+
+/// The two statuses' text, found with sonic-rs's lazy iterators (checked:
+/// the rest of the body is validated as it is skipped).
+fn sonic_statuses(body: &[u8]) -> usize {
+    let mut found = 0;
+    for (key, request) in sonic_rs::to_object_iter(body).flatten() {
+        if key != "request" {
+            continue;
+        }
+        for (key, object) in sonic_rs::to_object_iter(request.as_raw_str()).flatten() {
+            if key == "object" || key == "oldObject" {
+                for (key, value) in sonic_rs::to_object_iter(object.as_raw_str()).flatten() {
+                    if key == "status" {
+                        found += value.as_raw_str().len();
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+fn scanners(c: &mut Criterion) {
+    for (label, shape) in [
+        ("35 KB", common::Shape::DEFAULT),
+        ("240 KB", common::Shape::sized(240_000)),
+        ("700 KB", common::Shape::sized(700_000)),
+    ] {
+        let body = common::review_shaped(true, shape);
+        let mut group = c.benchmark_group(format!("scan a {label} review"));
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function("serde_json, IgnoredAny", |b| {
+            b.iter(|| serde_json::from_slice::<IgnoredAny>(&body).map(|_| ()))
+        });
+        group.bench_function("serde_json, &RawValue", |b| {
+            b.iter(|| serde_json::from_slice::<&serde_json::value::RawValue>(&body).map(|r| r.get().len()))
+        });
+        group.bench_function("sonic-rs, IgnoredAny", |b| {
+            b.iter(|| sonic_rs::from_slice::<IgnoredAny>(&body).map(|_| ()))
+        });
+        group.bench_function("sonic-rs, lazy to both statuses", |b| b.iter(|| sonic_statuses(&body)));
+        // simd-json parses in place: the copy is part of its cost.
+        group.bench_function("simd-json, IgnoredAny (on a copy)", |b| {
+            b.iter(|| {
+                let mut copy = body.clone();
+                simd_json::serde::from_slice::<IgnoredAny>(&mut copy).map(|_| ())
+            })
+        });
+        group.bench_function("simd-json, borrowed value (on a copy)", |b| {
+            b.iter(|| {
+                let mut copy = body.clone();
+                simd_json::to_borrowed_value(&mut copy).map(|v| std::mem::size_of_val(&v))
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, scanners);
+criterion_main!(benches);
