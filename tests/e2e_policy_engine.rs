@@ -24,7 +24,7 @@ use serde_json::json;
 use statusguard::policies::{KINDS, api_resource};
 use support::chart::{Release, local_values};
 use support::scenario::Scenario;
-use support::webhook::{eventually, free_port, metric};
+use support::webhook::{assert_metric, eventually, free_port};
 
 const RELEASE: &str = "pol";
 const NAMESPACE: &str = "statusguard-policy-engine";
@@ -133,16 +133,8 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
     assert!(applied(&s).await.is_empty());
     assert_eq!(scaler_takes_observed_generation(&s).await, 200);
     let metrics = server.metrics().await;
-    assert_eq!(
-        metric(&metrics, "statusguard_policies_registered"),
-        Some(0.0),
-        "{metrics}"
-    );
-    assert_eq!(
-        metric(&metrics, "statusguard_policy_syncs_total{result=\"waiting\"}"),
-        Some(1.0),
-        "{metrics}"
-    );
+    assert_metric(&metrics, "statusguard_policies_registered", 0.0);
+    assert_metric(&metrics, "statusguard_policy_syncs_total{result=\"waiting\"}", 1.0);
 
     // Fixed by hand: the policies are applied and the API server enforces them.
     edit_configmap(&s, &document("enforce")).await;
@@ -154,10 +146,7 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
         scaler_takes_observed_generation(&s).await == 403
     })
     .await;
-    assert_eq!(
-        metric(&server.metrics().await, "statusguard_policies_registered"),
-        Some(1.0)
-    );
+    assert_metric(&server.metrics().await, "statusguard_policies_registered", 1.0);
 
     // The server stopped: nothing waits on it.
     drop(server);
@@ -193,16 +182,8 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
     .await;
     // The policies in force are an older document's: the alert's series says so.
     let metrics = server.metrics().await;
-    assert_eq!(
-        metric(&metrics, "statusguard_policies_registered"),
-        Some(0.0),
-        "{metrics}"
-    );
-    assert_eq!(
-        metric(&metrics, "statusguard_policy_syncs_total{result=\"deviations\"}"),
-        Some(1.0),
-        "{metrics}"
-    );
+    assert_metric(&metrics, "statusguard_policies_registered", 0.0);
+    assert_metric(&metrics, "statusguard_policy_syncs_total{result=\"deviations\"}", 1.0);
 
     // A resource taken out: its policies are deleted.
     edit_configmap(&s, &without_widgets()).await;

@@ -26,7 +26,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use support::chart::{Release, local_values};
 use support::scenario::Scenario;
-use support::webhook::{eventually, free_port, metric};
+use support::webhook::{assert_metric, eventually, free_port};
 
 const RELEASE: &str = "reg";
 const NAMESPACE: &str = "statusguard-registration";
@@ -143,16 +143,8 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     })
     .await;
     let metrics = server.metrics().await;
-    assert_eq!(
-        metric(&metrics, "statusguard_webhooks_registered"),
-        Some(0.0),
-        "{metrics}"
-    );
-    assert_eq!(
-        metric(&metrics, "statusguard_webhook_syncs_total{result=\"waiting\"}"),
-        Some(1.0),
-        "{metrics}"
-    );
+    assert_metric(&metrics, "statusguard_webhooks_registered", 0.0);
+    assert_metric(&metrics, "statusguard_webhook_syncs_total{result=\"waiting\"}", 1.0);
     assert!(registered(&s).await.is_empty(), "nothing intercepts");
     let events: Api<Event> = Api::namespaced(s.admin.clone(), NAMESPACE);
     eventually(
@@ -290,11 +282,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     assert!(validating.get_opt(WEBHOOKS).await.unwrap().is_none());
     assert!(mutating.get_opt(WEBHOOKS).await.unwrap().is_none());
     let metrics = server.metrics().await;
-    assert_eq!(
-        metric(&metrics, "statusguard_webhook_syncs_total{result=\"stood_down\"}"),
-        Some(1.0),
-        "{metrics}"
-    );
+    assert_metric(&metrics, "statusguard_webhook_syncs_total{result=\"stood_down\"}", 1.0);
     assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 200);
     drop(server);
 }

@@ -133,8 +133,7 @@ impl TokenBucket {
 
     /// Whether a token is there to take.
     pub(crate) fn ready(&mut self, now: Instant) -> bool {
-        self.refill(now);
-        self.tokens >= 1.0
+        self.has(1.0, now)
     }
 
     /// Takes a token if there is one.

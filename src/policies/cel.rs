@@ -3,17 +3,17 @@
 //!
 //! CEL has no recursion and no user functions, so the webhook's
 //! [`same_value`](crate::ownership::same_value) (absent and `null` alike at
-//! every depth, numbers by the text the API server writes for them, lists item by item) is unrolled to
-//! [`NULL_DEPTH`] levels inside an owned value; below that the comparison is
-//! CEL's `==`, for which a `null` member differs from an absent one. Each
-//! value is bound to a name once per level, so the text grows as
-//! `2^NULL_DEPTH`, not as the depth of the value.
+//! every depth, numbers by the text the API server writes for them, lists
+//! item by item) is unrolled to [`NULL_DEPTH`] levels inside an owned value;
+//! below that the comparison is CEL's `==`, for which a `null` member
+//! differs from an absent one. Each value is bound to a name once per level,
+//! so the text grows as `2^NULL_DEPTH`, not as the depth of the value.
 
 use crate::ownership::FieldPath;
 
 /// How many levels inside an owned value the policies compare `null` and
-/// absent members alike, and numbers by value and text: a Gateway API `parents` entry
-/// (entry, its `conditions`, a condition, its members) is four.
+/// absent members alike, and numbers by value and text: a Gateway API
+/// `parents` entry (entry, its `conditions`, a condition, its members) is four.
 pub const NULL_DEPTH: usize = 4;
 
 /// A CEL string literal. CEL reads JSON's escapes, and serde_json writes

@@ -250,9 +250,8 @@ fn match_constraints(resource: &ResourceRules) -> Value {
 }
 
 /// The ValidatingAdmissionPolicy of a resource and its binding.
-fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value; 2] {
+fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules, items: &[Guarded<'_>]) -> [Value; 2] {
     let name = object_name(prefix, resource);
-    let items = guarded(resource);
     let (validations, actions, failure_policy) = match resource.mode {
         // One validation over every violation: the API server shows only the
         // first failing validation's message, and the webhook lists them all.
@@ -289,7 +288,7 @@ fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Val
         "failurePolicy": failure_policy,
         "matchConstraints": match_constraints(resource),
         "matchConditions": match_conditions(rules),
-        "variables": variables(resource, &items),
+        "variables": variables(resource, items),
         "validations": validations,
     });
     // No auditAnnotations: a valueExpression cannot be `null` on one branch
@@ -313,11 +312,10 @@ fn validating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Val
 }
 
 /// The MutatingAdmissionPolicy of a trim resource and its binding.
-fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules) -> [Value; 2] {
+fn mutating(prefix: &str, rules: &Ownership, resource: &ResourceRules, items: &[Guarded<'_>]) -> [Value; 2] {
     let name = object_name(prefix, resource);
-    let items = guarded(resource);
-    let vars = variables(resource, &items);
-    let mut mutations: Vec<Value> = restore::patches(resource, &items)
+    let vars = variables(resource, items);
+    let mut mutations: Vec<Value> = restore::patches(resource, items)
         .into_iter()
         .map(|expression| json!({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}))
         .collect();
@@ -358,10 +356,14 @@ pub fn policies(prefix: &str, rules: &Ownership) -> Vec<Value> {
     let mut objects = Vec::new();
     // A resource whose writers own nothing has nothing to check: the API
     // server takes no policy without a validation.
-    for resource in rules.resources().iter().filter(|r| !guarded(r).is_empty()) {
-        objects.extend(validating(prefix, rules, resource));
+    for resource in rules.resources() {
+        let items = guarded(resource);
+        if items.is_empty() {
+            continue;
+        }
+        objects.extend(validating(prefix, rules, resource, &items));
         if resource.mode == Mode::Trim {
-            objects.extend(mutating(prefix, rules, resource));
+            objects.extend(mutating(prefix, rules, resource, &items));
         }
     }
     objects

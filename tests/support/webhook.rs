@@ -310,6 +310,12 @@ pub fn signal(child: &std::process::Child, name: &str) {
     assert!(status.success(), "kill -{name} {}", child.id());
 }
 
+/// Asserts that `series` (as [`metric`] finds it) has `value`, showing the
+/// whole exposition when it does not.
+pub fn assert_metric(metrics: &str, series: &str, value: f64) {
+    assert_eq!(metric(metrics, series), Some(value), "{series} in:\n{metrics}");
+}
+
 /// The value of one series (`name{labels}` exactly as exposed) in a
 /// Prometheus text exposition.
 pub fn metric(metrics: &str, series: &str) -> Option<f64> {

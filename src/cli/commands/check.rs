@@ -21,14 +21,7 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
         }
     };
     let origin = source.to_string();
-    let checked = match &source {
-        RulesSource::ConfigMap(_) => match cluster_client().await {
-            Ok(client) => source.load(&client).await.map_err(problems),
-            Err(e) => Err(vec![e.to_string()]),
-        },
-        local => local.load_local().map_err(problems),
-    };
-    match checked {
+    match load(&source).await {
         Ok(rules) => {
             let mut text = format!("{origin}: valid: {}\n", rules.summary());
             for r in rules.resources() {
@@ -76,8 +69,20 @@ pub(crate) async fn run(args: &CheckArgs) -> ExitCode {
     }
 }
 
+/// The document of `source`, from the cluster (in-cluster config, or
+/// KUBECONFIG) for a ConfigMap; else every problem found in it.
+pub(super) async fn load(source: &RulesSource) -> Result<Ownership, Vec<String>> {
+    match source {
+        RulesSource::ConfigMap(_) => match cluster_client().await {
+            Ok(client) => source.load(&client).await.map_err(problems),
+            Err(e) => Err(vec![e.to_string()]),
+        },
+        local => local.load_local().map_err(problems),
+    }
+}
+
 /// The problems of a load, the source named once, in the heading.
-pub(super) fn problems(error: LoadError) -> Vec<String> {
+fn problems(error: LoadError) -> Vec<String> {
     match error {
         LoadError::Invalid { source, .. } => source.problems(),
         other => other.problems(),

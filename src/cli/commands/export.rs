@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::{cluster_client, print_out};
+use super::print_out;
 use crate::cli::args::ExportPoliciesArgs;
 use crate::policies;
 use crate::rules::RulesSource;
@@ -17,14 +17,7 @@ pub(crate) async fn run(args: &ExportPoliciesArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let loaded = match &source {
-        RulesSource::ConfigMap(_) => match cluster_client().await {
-            Ok(client) => source.load(&client).await.map_err(super::check::problems),
-            Err(e) => Err(vec![e.to_string()]),
-        },
-        local => local.load_local().map_err(super::check::problems),
-    };
-    let rules = match loaded {
+    let rules = match super::check::load(&source).await {
         Ok(rules) => rules,
         Err(problems) => {
             eprintln!("{source}: invalid:");
