@@ -6,6 +6,7 @@
 //!     LOAD_SWEEP=size cargo bench --bench server_load    # 1 KB .. 1 MiB reviews
 //!     LOAD_SWEEP=rules cargo bench --bench server_load   # 1 .. 10,000 resources, 1 .. 1,000 writers
 //!     LOAD_SWEEP=paced cargo bench --bench server_load   # only the paced rows (h2load, Go's client)
+//!     LOAD_SWEEP=fixture cargo bench --bench server_load # the main comparison without the paced rows
 //!     LOAD_SWEEP=observe cargo bench --bench server_load # the observer off, at its default rate, at every write
 //!     LOAD_SWEEP=gateway cargo bench --bench server_load # an HTTPRoute with 32 parents of 8 conditions each
 //!     LOAD_SWEEP=owned cargo bench --bench server_load   # the review with its 120 endpoints owned (by alice)
@@ -512,6 +513,17 @@ fn main() -> Result<(), Error> {
                     &[h1, Load::Paced { rate: 1000 }],
                 )?;
             }
+        }
+        "fixture" => {
+            // Only the issue-12 fixture's two rows, without the paced ones.
+            bench.compare(
+                "/validate (enforce: denied)",
+                &default_rules,
+                &stale,
+                "/validate",
+                &[h1, h2],
+            )?;
+            bench.compare("/mutate (trim: patch)", &trim_rules, &stale, "/mutate", &[h1, h2])?;
         }
         sweep => {
             if sweep != "paced" {

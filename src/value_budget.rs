@@ -58,6 +58,11 @@ impl ValueBudget {
         }
     }
 
+    /// What is left of this thread's budget (`None`: nothing is counted).
+    pub(crate) fn left() -> Option<usize> {
+        LEFT.get()
+    }
+
     /// Spends `bytes`, or says that there are not that many left (for
     /// what a reader holds besides values: captured text's slots).
     pub(crate) fn spend<E: serde::de::Error>(bytes: usize) -> Result<(), E> {

@@ -167,7 +167,8 @@ pub fn status(u: &mut Unstructured<'_>) -> Result<Value> {
 }
 
 /// A new status for `old`: one of its own, or, as most writes are, `old`
-/// with some top-level members taken from `other` (the rest the same text).
+/// with some top-level members taken from `other` (the rest the same text),
+/// and in a list, now and then, one item of `other`'s in place of `old`'s.
 pub fn written_after(u: &mut Unstructured<'_>, old: &Value, other: Value) -> Result<Value> {
     let (Some(old_map), Some(other_map)) = (old.as_object(), other.as_object()) else {
         return Ok(other);
@@ -177,7 +178,17 @@ pub fn written_after(u: &mut Unstructured<'_>, old: &Value, other: Value) -> Res
     }
     let mut new = old_map.clone();
     for key in KEYS.iter().chain(&["conditions", "parents"]) {
-        if u.arbitrary()? {
+        let items = (new.get(*key).and_then(Value::as_array), other_map.get(*key).and_then(Value::as_array));
+        if let (Some(items), Some(other_items)) = items
+            && !items.is_empty()
+            && !other_items.is_empty()
+            && u.arbitrary()?
+        {
+            let mut items = items.clone();
+            let at = u.int_in_range(0..=items.len() - 1)?;
+            items[at] = other_items[u.int_in_range(0..=other_items.len() - 1)?].clone();
+            new.insert((*key).to_owned(), Value::Array(items));
+        } else if u.arbitrary()? {
             match other_map.get(*key) {
                 Some(value) => new.insert((*key).to_owned(), value.clone()),
                 None => new.remove(*key),

@@ -89,11 +89,16 @@ fn review(u: &mut Unstructured<'_>) -> Result<Value> {
     let writer = common::WRITERS[u.int_in_range(0..=common::WRITERS.len() - 1)?];
     let old = common::status(u)?;
     // A write that changes nothing is the common case, and the one that
-    // member order once broke.
-    let new = if u.arbitrary()? {
-        old.clone()
-    } else {
-        common::status(u)?
+    // member order once broke; one that changes a member or a condition of
+    // an otherwise equal status is taken by its text where it did not
+    // change (issue 25).
+    let new = match u.int_in_range(0..=2)? {
+        0 => old.clone(),
+        1 => common::status(u)?,
+        _ => {
+            let other = common::status(u)?;
+            common::written_after(u, &old, other)?
+        }
     };
     let mut review = common::review(writer, &old, &new);
     let request = &mut review["request"];

@@ -4,7 +4,9 @@
 //! - [`wire`]: the one definition of the request statusguard reads
 //!   ([`wire::ReviewRequest`]), and the response's encoding;
 //! - `one_pass`: the fast reader, which projects each status while it reads
-//!   the body, fuzz-checked against [`wire`] followed by [`project`];
+//!   the body, fuzz-checked against [`wire`] followed by [`project`]; it
+//!   walks the body with `cursor`, which takes a value of the second object
+//!   by comparing its bytes with the first's;
 //! - [`project`]: the parts of a status the rules read, built from its text;
 //! - [`decide`]: the pure decision, [`decide::decide`], on the request's head
 //!   and the two projected statuses (it parses nothing);
@@ -28,6 +30,7 @@
 //! ```
 
 pub mod answer;
+mod cursor;
 pub mod decide;
 mod managed_fields;
 pub mod observe;

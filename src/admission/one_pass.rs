@@ -5,24 +5,38 @@
 //! `review_member_order` and `review_decide` fuzz targets and a property test
 //! compare the two on every input.
 //!
+//! The second object is read against the first (issue 25): the API server
+//! encodes both with one encoder, so what a write did not change is the
+//! same bytes in both. Each member of the second object, each member of
+//! its status, each item of a list read item by item and each member of
+//! such an item whose text is the first's at the same place is moved past
+//! with a comparison of bytes ([`Cursor::same`]) and taken as the first read
+//! it; only what differs is scanned. A large owned value that did not
+//! change is then scanned once, not twice, and built never.
+//!
 //! It lists no member of the request: every member but the two objects is
 //! kept as unparsed text and read by [`ReviewRequest`]'s own derived
 //! `Deserialize` (they are small: names, the resource, the writer), so that
 //! adding a member to [`ReviewRequest`] is the only edit.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::marker::PhantomData;
 
 use kube::core::admission::{META_API_VERSION_V1, META_KIND};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde::de::value::MapDeserializer;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::project::{Capture, Captured, Depth, ProjectError, ProjectedStatuses, capture_status, realize};
-use super::wire::{BorrowedKey, MetadataView, ObjectView, RequestHead, ReviewRequest};
-use crate::ownership::PathTree;
+use super::cursor::{Cursor, Unread};
+use super::project::{
+    Capture, Captured, CapturedItem, Depth, ItemMembers, ProjectError, ProjectedStatuses, SLOT, capture_status,
+    realize, spend_on_member,
+};
+use super::wire::{MetadataView, ObjectView, RequestHead, ReviewRequest};
+use crate::ownership::{KeyedItems, PathTree};
+use crate::value_budget::ValueBudget;
 
 /// How the objects of a request are read, as the plan says from its head.
 #[derive(Debug, Clone, Copy)]
@@ -64,50 +78,40 @@ pub(crate) type Read<'b> = (ReviewRequest<'b>, Option<ProjectedStatuses>);
 /// review, a member written after the objects that changes the plan, a
 /// duplicate member, or a read value deeper than the bounded parse. The
 /// caller then takes the two-pass path, which answers every one of those.
+///
+/// The second object read is compared with the first as it is read: each
+/// of its members, status members and items of a list read item by item
+/// whose text is the first's is moved past with a comparison of bytes and
+/// taken as the first read it ([`Cursor::same`]).
 pub(crate) fn read<'b, 't>(body: &'b [u8], plan: impl Fn(&RequestHead<'_>) -> Option<Reading<'t>>) -> Option<Read<'b>> {
     // Checked as UTF-8 once, here, rather than string by string as it is
     // read: the text the status is projected from is then known to be valid.
     let text = std::str::from_utf8(body).ok()?;
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let read = EnvelopeSeed(&plan).deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
+    let mut cursor = Cursor::new(text);
+    let read = envelope(&mut cursor, &plan).ok()?;
+    cursor.end().ok()?;
     read
 }
 
-struct EnvelopeSeed<'p, P>(&'p P);
-
-impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> DeserializeSeed<'de> for EnvelopeSeed<'_, P> {
-    type Value = Option<Read<'de>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for EnvelopeSeed<'_, P> {
-    type Value = Option<Read<'de>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an AdmissionReview")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        use serde::de::Error;
-        let (mut api_version, mut kind, mut request) = (None::<&str>, None::<&str>, None);
-        while let Some(key) = map.next_key_seed(BorrowedKey)? {
-            match key.as_ref() {
-                "apiVersion" if api_version.is_none() => api_version = Some(map.next_value()?),
-                "kind" if kind.is_none() => kind = Some(map.next_value()?),
-                "request" if request.is_none() => request = Some(map.next_value_seed(RequestSeed(self.0))?),
-                "apiVersion" | "kind" | "request" => return Err(A::Error::custom("duplicate member")),
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+fn envelope<'b, 't>(
+    cursor: &mut Cursor<'b>,
+    plan: &impl Fn(&RequestHead<'_>) -> Option<Reading<'t>>,
+) -> Result<Option<Read<'b>>, Unread> {
+    let (mut api_version, mut kind, mut request) = (None::<&str>, None::<&str>, None);
+    cursor.object(|cursor, key| {
+        match key.as_ref() {
+            "apiVersion" if api_version.is_none() => api_version = Some(cursor.value(PhantomData::<&'b str>)?.0),
+            "kind" if kind.is_none() => kind = Some(cursor.value(PhantomData::<&'b str>)?.0),
+            "request" if request.is_none() => request = Some(read_request(cursor, plan)?),
+            "apiVersion" | "kind" | "request" => return Err(Unread),
+            _ => {
+                cursor.skip()?;
             }
         }
-        let is_v1 = api_version == Some(META_API_VERSION_V1) && kind == Some(META_KIND);
-        Ok(request.filter(|_| is_v1).flatten())
-    }
+        Ok(())
+    })?;
+    let is_v1 = api_version == Some(META_API_VERSION_V1) && kind == Some(META_KIND);
+    Ok(request.filter(|_| is_v1).flatten())
 }
 
 /// How the single pass read one object.
@@ -117,7 +121,10 @@ enum ObjectRead<'b> {
     /// or where the plan keeps the text: as the wire reads it.
     Raw(Option<ObjectView<'b>>),
     /// Its metadata read, and its status captured on the plan's paths.
-    Projected(Option<(MetadataView<'b>, Option<Captured<'b>>)>),
+    Projected(ProjectedObject<'b>),
+    /// Read as `Projected`, the first of the two: kept in [`FirstObject`]
+    /// until the second is read.
+    First,
 }
 
 /// The request's members other than the objects, as unparsed text.
@@ -129,89 +136,405 @@ fn request_of<'b>(members: &Members<'b>) -> Result<ReviewRequest<'b>, serde_json
     ReviewRequest::deserialize(MapDeserializer::new(members.iter().cloned()))
 }
 
-struct RequestSeed<'p, P>(&'p P);
-
-impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> DeserializeSeed<'de> for RequestSeed<'_, P> {
-    type Value = Option<Read<'de>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
+fn read_request<'b, 't>(
+    cursor: &mut Cursor<'b>,
+    plan: &impl Fn(&RequestHead<'_>) -> Option<Reading<'t>>,
+) -> Result<Option<Read<'b>>, Unread> {
+    // The API server sends about a dozen members.
+    let mut members: Members<'b> = Vec::with_capacity(16);
+    let (mut object, mut old_object) = (ObjectRead::Unseen, ObjectRead::Unseen);
+    // The plan, made once at the first object whose head is complete.
+    let mut planned: Option<Option<Reading<'t>>> = None;
+    // The first object projected, which the second is compared with.
+    let mut first: Option<FirstObject<'b>> = None;
+    cursor.object(|cursor, key| {
+        let slot = match key.as_ref() {
+            "object" => &mut object,
+            "oldObject" => &mut old_object,
+            _ => {
+                members.push((key, cursor.value(PhantomData::<&'b RawValue>)?.0));
+                return Ok(());
+            }
+        };
+        if !matches!(slot, ObjectRead::Unseen) {
+            return Err(Unread);
+        }
+        if planned.is_none()
+            && let Ok(head) = request_of(&members)
+        {
+            planned = Some(plan(&head.head()));
+        }
+        *slot = match planned {
+            Some(Some(Reading {
+                paths,
+                keep_text: false,
+                writer,
+            })) => {
+                let (read, text) = read_object(cursor, (paths, writer), first.as_ref())?;
+                if first.is_some() {
+                    ObjectRead::Projected(read)
+                } else {
+                    first = Some(FirstObject { read, text });
+                    ObjectRead::First
+                }
+            }
+            _ => ObjectRead::Raw(cursor.value(PhantomData::<Option<ObjectView<'b>>>)?.0),
+        };
+        Ok(())
+    })?;
+    let Ok(mut request) = request_of(&members) else {
+        return Ok(None);
+    };
+    // A member after the objects that would have changed the plan (a
+    // member order other than the API server's) is left to two passes.
+    if let Some(made) = planned
+        && !Reading::same(made, plan(&request.head()))
+    {
+        return Ok(None);
+    }
+    // An object read raw before the plan was made is projected on its
+    // paths now, so that one pass answers what two passes answer in
+    // every order. A status too deep for the bounded parse is left to
+    // them, as are objects that all came before the head.
+    let reading = planned.flatten().map(|p| (p.paths, p.writer));
+    let mut first = first.map(|f| f.read);
+    let [object, old_object] = [object, old_object].map(|read| match read {
+        ObjectRead::First => ObjectRead::Projected(first.take().flatten()),
+        other => other,
+    });
+    let (mut old_status, mut new_status) = (None, None);
+    let (Ok(object), Ok(old_object)) = (
+        settle(object, reading, &mut new_status),
+        settle(old_object, reading, &mut old_status),
+    ) else {
+        return Ok(None);
+    };
+    request.object = object;
+    request.old_object = old_object;
+    // Projected statuses only where the plan reads them; an object the
+    // plan never reached (absent) is absent in them too.
+    if reading.is_none() {
+        return Ok(Some((request, None)));
+    }
+    match realize(old_status, new_status, Depth::Bounded) {
+        Ok(projected) => Ok(Some((request, Some(projected)))),
+        Err(_) => Ok(None),
     }
 }
 
-impl<'de, 't, P: Fn(&RequestHead<'_>) -> Option<Reading<'t>>> Visitor<'de> for RequestSeed<'_, P> {
-    type Value = Option<Read<'de>>;
+/// An object (or `null`) as the single pass reads it: its metadata, and its
+/// status captured on the plan's paths.
+type ProjectedObject<'b> = Option<(MetadataView<'b>, Option<Captured<'b>>)>;
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an AdmissionRequest")
+/// The object read first, as it was read, and where its values were.
+struct FirstObject<'b> {
+    read: ProjectedObject<'b>,
+    text: ObjectText<'b>,
+}
+
+/// Where an object's members were, and its status's.
+#[derive(Default)]
+struct ObjectText<'b> {
+    members: Vec<Span<'b>>,
+    status: Vec<Span<'b>>,
+}
+
+/// A member's text, with what reading it spent of the review's budget,
+/// and for a list read item by item, its items'.
+struct Span<'b> {
+    key: Cow<'b, str>,
+    text: &'b str,
+    spent: usize,
+    items: Vec<ItemText<'b>>,
+}
+
+/// An item's text, what reading it spent, and the members of an item the
+/// capture left out (those of a captured item are in its capture).
+struct ItemText<'b> {
+    text: &'b str,
+    spent: usize,
+    unread: Option<ItemMembers<'b>>,
+}
+
+impl<'b> Span<'b> {
+    fn new(key: Cow<'b, str>, text: &'b str, spent: usize) -> Self {
+        Self {
+            key,
+            text,
+            spent,
+            items: Vec::new(),
+        }
+    }
+}
+
+/// Where the spans of the object being read go: nowhere for the second
+/// object, which nothing is compared with.
+struct Spans<'b> {
+    spans: Vec<Span<'b>>,
+    kept: bool,
+}
+
+impl<'b> Spans<'b> {
+    fn new(kept: bool) -> Self {
+        Self {
+            spans: Vec::new(),
+            kept,
+        }
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // The API server sends about a dozen members.
-        let mut members: Members<'de> = Vec::with_capacity(16);
-        let (mut object, mut old_object) = (ObjectRead::Unseen, ObjectRead::Unseen);
-        // The plan, made once at the first object whose head is complete.
-        let mut planned: Option<Option<Reading<'t>>> = None;
-        while let Some(key) = map.next_key_seed(BorrowedKey)? {
-            let slot = match key.as_ref() {
-                "object" => &mut object,
-                "oldObject" => &mut old_object,
-                _ => {
-                    members.push((key, map.next_value()?));
-                    continue;
+    /// Keeps `span`, counted against the review's budget. A key written
+    /// twice is compared with nothing: which of the two a reader keeps is
+    /// the reader's.
+    fn keep(&mut self, span: Span<'b>) -> Result<(), Unread> {
+        if !self.kept {
+            return Ok(());
+        }
+        ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<Span<'b>>())?;
+        match self.spans.iter_mut().find(|s| s.key == span.key) {
+            Some(twice) => twice.text = "",
+            None => self.spans.push(span),
+        }
+        Ok(())
+    }
+}
+
+/// Moves past the value here if it is the same text as the first object's
+/// `span`: what reading it spent of the budget is spent again, so that
+/// both readers run out at the same review.
+fn same_text<'s, 'b>(cursor: &mut Cursor<'b>, span: Option<&'s Span<'b>>) -> Result<Option<&'s Span<'b>>, Unread> {
+    match span {
+        Some(span) if cursor.same(span.text) => {
+            ValueBudget::spend::<serde_json::Error>(span.spent)?;
+            Ok(Some(span))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn member<'s, 'b>(spans: Option<&'s [Span<'b>]>, key: &str) -> Option<&'s Span<'b>> {
+    spans?.iter().find(|s| s.key == key)
+}
+
+/// Runs `read`, and says what it spent of the review's budget.
+fn spending<T>(read: impl FnOnce() -> Result<T, Unread>) -> Result<(T, usize), Unread> {
+    let before = ValueBudget::left();
+    let read = read()?;
+    let spent = match (before, ValueBudget::left()) {
+        (Some(before), Some(after)) => before.saturating_sub(after),
+        _ => 0,
+    };
+    Ok((read, spent))
+}
+
+/// An object (or `null`) whose status is captured on the plan's paths, read
+/// as [`ObjectView`] reads the rest of it: its metadata, every other
+/// member skipped. `first` is the object read before it, if any.
+fn read_object<'b>(
+    cursor: &mut Cursor<'b>,
+    reading: (&PathTree, Option<usize>),
+    first: Option<&FirstObject<'b>>,
+) -> Result<(ProjectedObject<'b>, ObjectText<'b>), Unread> {
+    let mut text = ObjectText::default();
+    if cursor.peek() != Some(b'{') {
+        return match cursor.value(PhantomData::<Option<IgnoredAny>>)?.0 {
+            None => Ok((None, text)),
+            Some(_) => Err(Unread),
+        };
+    }
+    let (first_read, first_text) = (first.and_then(|f| f.read.as_ref()), first.map(|f| &f.text));
+    let mut spans = Spans::new(first.is_none());
+    let (mut metadata, mut status) = (None, None);
+    cursor.object(|cursor, key| {
+        match key.as_ref() {
+            "status" if status.is_some() => return Err(Unread),
+            "metadata" if metadata.is_some() => return Err(Unread),
+            _ => {}
+        }
+        let first_member = member(first_text.map(|t| t.members.as_slice()), &key);
+        if same_text(cursor, first_member)?.is_some() {
+            match key.as_ref() {
+                "status" => status = Some(first_read.and_then(|(_, s)| s.clone())),
+                "metadata" => metadata = first_read.map(|(m, _)| m.clone()),
+                _ => {}
+            }
+            return Ok(());
+        }
+        let (read, spent) = spending(|| match key.as_ref() {
+            "status" => {
+                let first_status = first_text.map(|t| t.status.as_slice());
+                let first_captured = first_read.and_then(|(_, s)| s.as_ref());
+                let (captured, read, members) = read_status(cursor, reading, first_status, first_captured, spans.kept)?;
+                status = Some(Some(captured));
+                text.status = members;
+                Ok(read)
+            }
+            "metadata" => {
+                let (read, span) = cursor.value(super::wire::MetadataOf)?;
+                metadata = Some(read);
+                Ok(span)
+            }
+            _ => cursor.skip(),
+        })?;
+        spans.keep(Span::new(key, read, spent))
+    })?;
+    text.members = spans.spans;
+    let status = status
+        .flatten()
+        .filter(|s| !matches!(s, Captured::Settled(Value::Null)));
+    Ok((Some((metadata.unwrap_or_default(), status)), text))
+}
+
+/// A status captured on `paths` as [`Capture`] captures it, but member by
+/// member where it is an object the paths lead into, so that each member
+/// whose text is the first object's (`first`, captured as
+/// `first_captured`) is taken as the first read it. Returns the capture,
+/// the status's text, and (when `kept`) where its members were.
+fn read_status<'b>(
+    cursor: &mut Cursor<'b>,
+    (paths, writer): (&PathTree, Option<usize>),
+    first: Option<&[Span<'b>]>,
+    first_captured: Option<&Captured<'b>>,
+    kept: bool,
+) -> Result<(Captured<'b>, &'b str, Vec<Span<'b>>), Unread> {
+    if paths.is_whole() || paths.keyed().is_some() || cursor.peek() != Some(b'{') {
+        let (captured, text) = cursor.value(Capture(paths, writer))?;
+        return Ok((captured, text, Vec::new()));
+    }
+    let first_members = match first_captured {
+        Some(Captured::Object(members)) => members.as_slice(),
+        _ => &[],
+    };
+    let start = cursor.start();
+    let mut members: Vec<(String, Captured<'b>)> = Vec::new();
+    let mut spans = Spans::new(kept);
+    cursor.object(|cursor, key| {
+        let first_span = member(first, &key);
+        let Some(child) = paths.child(&key) else {
+            // Not read: only its text matters, for the object read second.
+            if same_text(cursor, first_span)?.is_none() {
+                let text = cursor.skip()?;
+                spans.keep(Span::new(key, text, 0))?;
+            }
+            return Ok(());
+        };
+        // What `Capture` spends for a member it reads.
+        ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<(String, Captured<'b>)>() + key.len())?;
+        let captured = match same_text(cursor, first_span)? {
+            // The first object's capture of the same text (the last of
+            // duplicate keys, which is the only one a span is kept for).
+            Some(_) => match first_members.iter().rev().find(|(k, _)| *k == key) {
+                Some((_, captured)) => captured.clone(),
+                None => return Err(Unread),
+            },
+            None => {
+                let first_items = first_span.map(|s| s.items.as_slice()).zip(
+                    first_members
+                        .iter()
+                        .rev()
+                        .find(|(k, _)| *k == key)
+                        .and_then(|(_, c)| match c {
+                            Captured::Items(items) => Some(items.as_slice()),
+                            _ => None,
+                        }),
+                );
+                let ((captured, text, items), spent) = spending(|| match child.keyed() {
+                    Some(keyed) if !child.is_whole() && cursor.peek() == Some(b'[') => {
+                        read_items(cursor, (keyed, writer), first_items, spans.kept)
+                    }
+                    _ => {
+                        let (captured, text) = cursor.value(Capture(child, writer))?;
+                        Ok((captured, text, Vec::new()))
+                    }
+                })?;
+                let mut span = Span::new(key.clone(), text, spent);
+                span.items = items;
+                spans.keep(span)?;
+                captured
+            }
+        };
+        // The last of duplicate keys wins, as in Go and serde_json.
+        members.retain(|(k, _)| *k != key);
+        members.push((key.into_owned(), captured));
+        Ok(())
+    })?;
+    Ok((Captured::Object(members), cursor.since(start), spans.spans))
+}
+
+/// A list read item by item, as [`Capture`] reads it. In the object read
+/// second, an item whose text is the first object's item at its index is
+/// taken as the first read it, and each member of another item whose text
+/// is the first's member at its place is taken by text.
+fn read_items<'b>(
+    cursor: &mut Cursor<'b>,
+    reading: (&KeyedItems, Option<usize>),
+    first: Option<(&[ItemText<'b>], &[Option<CapturedItem<'b>>])>,
+    kept: bool,
+) -> Result<(Captured<'b>, &'b str, Vec<ItemText<'b>>), Unread> {
+    let start = cursor.start();
+    let (mut items, mut texts) = (Vec::new(), Vec::new());
+    cursor.list(|cursor, index| {
+        let first_item = first.and_then(|(texts, items)| Some((texts.get(index)?, items.get(index)?)));
+        let whole = first_item.filter(|(text, _)| cursor.same(text.text));
+        let item = match (whole, first_item) {
+            (Some((text, item)), _) => {
+                ValueBudget::spend::<serde_json::Error>(text.spent)?;
+                item.clone()
+            }
+            (None, first_item) => {
+                let first_members = first_item
+                    .and_then(|(text, item)| item.as_ref().map(CapturedItem::members).or(text.unread.as_ref()));
+                let ((item, text), spent) = spending(|| {
+                    let start = cursor.start();
+                    let item = read_item(cursor, reading, first_members)?;
+                    Ok((item, cursor.since(start)))
+                })?;
+                let (item, unread) = match item {
+                    Some(Ok(item)) => (Some(item), None),
+                    Some(Err(members)) => (None, Some(members)),
+                    None => (None, None),
+                };
+                if kept {
+                    ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<ItemText<'b>>())?;
+                    texts.push(ItemText { text, spent, unread });
                 }
-            };
-            if !matches!(slot, ObjectRead::Unseen) {
-                return Err(serde::de::Error::custom("duplicate member"));
+                item
             }
-            if planned.is_none()
-                && let Ok(head) = request_of(&members)
-            {
-                planned = Some((self.0)(&head.head()));
-            }
-            *slot = match planned {
-                Some(Some(Reading {
-                    paths,
-                    keep_text: false,
-                    writer,
-                })) => ObjectRead::Projected(map.next_value_seed(ObjectStatus(paths, writer))?),
-                _ => ObjectRead::Raw(map.next_value()?),
-            };
-        }
-        let Ok(mut request) = request_of(&members) else {
-            return Ok(None);
         };
-        // A member after the objects that would have changed the plan (a
-        // member order other than the API server's) is left to two passes.
-        if let Some(made) = planned
-            && !Reading::same(made, (self.0)(&request.head()))
-        {
-            return Ok(None);
-        }
-        // An object read raw before the plan was made is projected on its
-        // paths now, so that one pass answers what two passes answer in
-        // every order. A status too deep for the bounded parse is left to
-        // them, as are objects that all came before the head.
-        let reading = planned.flatten().map(|p| (p.paths, p.writer));
-        let (mut old_status, mut new_status) = (None, None);
-        let (Ok(object), Ok(old_object)) = (
-            settle(object, reading, &mut new_status),
-            settle(old_object, reading, &mut old_status),
-        ) else {
-            return Ok(None);
-        };
-        request.object = object;
-        request.old_object = old_object;
-        // Projected statuses only where the plan reads them; an object the
-        // plan never reached (absent) is absent in them too.
-        if reading.is_none() {
-            return Ok(Some((request, None)));
-        }
-        match realize(old_status, new_status, Depth::Bounded) {
-            Ok(projected) => Ok(Some((request, Some(projected)))),
-            Err(_) => Ok(None),
-        }
+        // What `Capture` spends for an item: a slot (doubled for growth),
+        // and the `null` it may become.
+        ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<Option<CapturedItem<'b>>>() + SLOT)?;
+        items.push(item);
+        Ok(())
+    })?;
+    Ok((Captured::Items(items), cursor.since(start), texts))
+}
+
+/// An item of a list read item by item, read as `ListItem` reads it: an
+/// object's members (captured, or given back where its key is not read),
+/// `None` for anything else. A member whose key and text are those of the
+/// first object's item's member at its place is taken by text.
+#[allow(clippy::type_complexity)]
+fn read_item<'b>(
+    cursor: &mut Cursor<'b>,
+    (keyed, writer): (&KeyedItems, Option<usize>),
+    first: Option<&ItemMembers<'b>>,
+) -> Result<Option<Result<CapturedItem<'b>, ItemMembers<'b>>>, Unread> {
+    if cursor.peek() != Some(b'{') {
+        cursor.skip()?;
+        return Ok(None);
     }
+    // A condition has six members.
+    let mut members: ItemMembers<'b> = Vec::with_capacity(first.map_or(8, Vec::len));
+    cursor.object(|cursor, key| {
+        spend_on_member::<serde_json::Error>(&key)?;
+        let raw = match first.and_then(|first| first.get(members.len())) {
+            Some((first_key, raw)) if *first_key == key && cursor.same(raw.get()) => *raw,
+            _ => cursor.value(PhantomData::<&'b RawValue>)?.0,
+        };
+        members.push((key, raw));
+        Ok(())
+    })?;
+    Ok(Some(CapturedItem::of(keyed, writer, members)))
 }
 
 /// An object as the single pass leaves it, with its status projected on
@@ -222,7 +545,7 @@ fn settle<'b>(
     projected: &mut Option<Option<Captured<'b>>>,
 ) -> Result<Option<ObjectView<'b>>, ProjectError> {
     Ok(match read {
-        ObjectRead::Unseen => None,
+        ObjectRead::Unseen | ObjectRead::First => None,
         ObjectRead::Raw(view) => {
             if let (Some((paths, writer)), Some(view)) = (reading, &view) {
                 *projected = Some(match view.status {
@@ -238,53 +561,4 @@ fn settle<'b>(
             Some(ObjectView { metadata, status: None })
         }
     })
-}
-
-/// An object (or `null`) whose status is projected on `paths`, read as
-/// [`ObjectView`] reads the rest of it: its metadata, every other member skipped.
-struct ObjectStatus<'t>(&'t PathTree, Option<usize>);
-
-impl<'de> DeserializeSeed<'de> for ObjectStatus<'_> {
-    type Value = Option<(MetadataView<'de>, Option<Captured<'de>>)>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ObjectStatus<'_> {
-    type Value = Option<(MetadataView<'de>, Option<Captured<'de>>)>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        use serde::de::Error;
-        let (mut metadata, mut status) = (None, None);
-        while let Some(key) = map.next_key_seed(BorrowedKey)? {
-            match key.as_ref() {
-                "status" if status.is_none() => status = Some(map.next_value_seed(Capture(self.0, self.1))?),
-                "metadata" if metadata.is_none() => metadata = Some(map.next_value_seed(super::wire::MetadataOf)?),
-                "status" | "metadata" => return Err(A::Error::custom("duplicate member")),
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        let status = status.filter(|s| !matches!(s, Captured::Settled(Value::Null)));
-        Ok(Some((metadata.unwrap_or_default(), status)))
-    }
 }

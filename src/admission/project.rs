@@ -81,7 +81,7 @@ pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) 
 /// statuses of a write are compared as text first ([`realize`]): the API
 /// server encodes `object` and `oldObject` alike, so a value that did not
 /// change is the same bytes in both, and is never built.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Captured<'de> {
     /// A value read whole.
     Whole(&'de RawValue),
@@ -100,10 +100,58 @@ pub(crate) enum Captured<'de> {
 
 /// An item of a list read item by item, whose key is read: the key's value
 /// (a condition's type, a keyed entry's owner) and its members' text.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct CapturedItem<'de> {
     key: Cow<'de, str>,
     members: Vec<(Cow<'de, str>, &'de RawValue)>,
+}
+
+/// An item's members, as unparsed text.
+pub(crate) type ItemMembers<'de> = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+/// What is held for a member of an item, counted as built values are: a
+/// slot (doubled for the vector's growth) and an unescaped key.
+// A `Cow`, not a `str`: whether the key was unescaped is what is counted.
+#[allow(clippy::ptr_arg)]
+pub(crate) fn spend_on_member<E: serde::de::Error>(key: &Cow<'_, str>) -> Result<(), E> {
+    let held =
+        2 * std::mem::size_of::<(Cow<'_, str>, &RawValue)>() + if matches!(key, Cow::Owned(_)) { key.len() } else { 0 };
+    ValueBudget::spend::<E>(held)
+}
+
+impl<'de> CapturedItem<'de> {
+    /// The item of these members, if its key is one `keyed` reads and not
+    /// the writer's (at `writer`) own; else the members back.
+    pub(crate) fn of(
+        keyed: &KeyedItems,
+        writer: Option<usize>,
+        members: ItemMembers<'de>,
+    ) -> Result<Self, ItemMembers<'de>> {
+        // The last key member wins, as the last of duplicate keys does in a value.
+        let member = keyed.member.as_str();
+        let key = members
+            .iter()
+            .rev()
+            .find(|(key, _)| key == member)
+            .and_then(|(_, raw)| {
+                serde_json::from_str::<&str>(raw.get())
+                    .map(Cow::Borrowed)
+                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(Cow::Owned))
+                    .ok()
+            });
+        match key.filter(|key| match keyed.values.get(key.as_ref()) {
+            Some(owner) => writer.is_none() || *owner != writer,
+            None => false,
+        }) {
+            Some(key) => Ok(CapturedItem { key, members }),
+            None => Err(members),
+        }
+    }
+
+    /// Its members' text.
+    pub(crate) fn members(&self) -> &ItemMembers<'de> {
+        &self.members
+    }
 }
 
 impl CapturedItem<'_> {
@@ -419,7 +467,7 @@ macro_rules! scalars_as {
 }
 
 /// A built value's slot: what a `null` placeholder of a list item costs.
-const SLOT: usize = std::mem::size_of::<Value>();
+pub(crate) const SLOT: usize = std::mem::size_of::<Value>();
 
 /// What stands for a parent that is not an object: only its kind matters.
 const NOT_AN_OBJECT: Value = Value::Bool(false);
@@ -466,7 +514,7 @@ struct ItemsOf<'t>(&'t KeyedItems, Option<usize>);
 
 /// One item of such a list: its members are kept as unparsed text; only an
 /// item whose key is read, and not the writer's (`.1`) own, is kept.
-struct ListItem<'t>(&'t KeyedItems, Option<usize>);
+pub(crate) struct ListItem<'t>(pub(crate) &'t KeyedItems, pub(crate) Option<usize>);
 
 impl<'de> DeserializeSeed<'de> for ListItem<'_> {
     type Value = Option<CapturedItem<'de>>;
@@ -484,33 +532,13 @@ impl<'de> Visitor<'de> for ListItem<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+        // A condition has six members.
+        let mut members: ItemMembers<'de> = Vec::with_capacity(8);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
-            // What is held for the text, counted as built values are: a
-            // slot (doubled for the vector's growth) and an unescaped key.
-            let held = 2 * std::mem::size_of::<(Cow<'de, str>, &'de RawValue)>()
-                + if matches!(key, Cow::Owned(_)) { key.len() } else { 0 };
-            ValueBudget::spend::<A::Error>(held)?;
+            spend_on_member::<A::Error>(&key)?;
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
-        // The last key member wins, as the last of duplicate keys does in a value.
-        let member = self.0.member.as_str();
-        let key = members
-            .iter()
-            .rev()
-            .find(|(key, _)| key == member)
-            .and_then(|(_, raw)| {
-                serde_json::from_str::<&str>(raw.get())
-                    .map(Cow::Borrowed)
-                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(Cow::Owned))
-                    .ok()
-            });
-        Ok(key
-            .filter(|key| match self.0.values.get(key.as_ref()) {
-                Some(owner) => self.1.is_none() || *owner != self.1,
-                None => false,
-            })
-            .map(|key| CapturedItem { key, members }))
+        Ok(CapturedItem::of(self.0, self.1, members).ok())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
