@@ -31,8 +31,8 @@ use serde_json::value::RawValue;
 
 use super::cursor::{Cursor, Unread};
 use super::project::{
-    Capture, Captured, CapturedItem, Depth, ItemMembers, ProjectError, ProjectedStatuses, SLOT, capture_status,
-    realize, spend_on_member,
+    Capture, Captured, CapturedItem, Depth, ItemMembers, ItemRead, ListItem, ProjectError, ProjectedStatuses, SLOT,
+    capture_status, realize, spend_on_member,
 };
 use super::wire::{MetadataView, ObjectView, RequestHead, ReviewRequest};
 use crate::ownership::{KeyedItems, PathTree};
@@ -277,7 +277,7 @@ struct Spans<'b> {
 impl<'b> Spans<'b> {
     fn new(kept: bool) -> Self {
         Self {
-            spans: Vec::new(),
+            spans: Vec::with_capacity(if kept { 8 } else { 0 }),
             kept,
         }
     }
@@ -405,7 +405,7 @@ fn read_status<'b>(
         _ => &[],
     };
     let start = cursor.start();
-    let mut members: Vec<(String, Captured<'b>)> = Vec::new();
+    let mut members: Vec<(String, Captured<'b>)> = Vec::with_capacity(8);
     let mut spans = Spans::new(kept);
     cursor.object(|cursor, key| {
         let first_span = member(first, &key);
@@ -471,7 +471,11 @@ fn read_items<'b>(
     kept: bool,
 ) -> Result<(Captured<'b>, &'b str, Vec<ItemText<'b>>), Unread> {
     let start = cursor.start();
-    let (mut items, mut texts) = (Vec::new(), Vec::new());
+    let capacity = first.map_or(16, |(_, items)| items.len());
+    let (mut items, mut texts) = (
+        Vec::with_capacity(capacity),
+        Vec::with_capacity(if kept { capacity } else { 0 }),
+    );
     cursor.list(|cursor, index| {
         let first_item = first.and_then(|(texts, items)| Some((texts.get(index)?, items.get(index)?)));
         let whole = first_item.filter(|(text, _)| cursor.same(text.text));
@@ -513,21 +517,19 @@ fn read_items<'b>(
 /// object's members (captured, or given back where its key is not read),
 /// `None` for anything else. A member whose key and text are those of the
 /// first object's item's member at its place is taken by text.
-#[allow(clippy::type_complexity)]
 fn read_item<'b>(
     cursor: &mut Cursor<'b>,
     (keyed, writer): (&KeyedItems, Option<usize>),
     first: Option<&ItemMembers<'b>>,
-) -> Result<Option<Result<CapturedItem<'b>, ItemMembers<'b>>>, Unread> {
-    if cursor.peek() != Some(b'{') {
-        cursor.skip()?;
-        return Ok(None);
-    }
-    // A condition has six members.
-    let mut members: ItemMembers<'b> = Vec::with_capacity(first.map_or(8, Vec::len));
+) -> Result<ItemRead<'b>, Unread> {
+    let Some(first) = first.filter(|_| cursor.peek() == Some(b'{')) else {
+        // Nothing to compare with: read whole, in one scan.
+        return Ok(cursor.value(ListItem(keyed, writer))?.0);
+    };
+    let mut members: ItemMembers<'b> = Vec::with_capacity(first.len());
     cursor.object(|cursor, key| {
         spend_on_member::<serde_json::Error>(&key)?;
-        let raw = match first.and_then(|first| first.get(members.len())) {
+        let raw = match first.get(members.len()) {
             Some((first_key, raw)) if *first_key == key && cursor.same(raw.get()) => *raw,
             _ => cursor.value(PhantomData::<&'b RawValue>)?.0,
         };

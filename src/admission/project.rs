@@ -513,11 +513,16 @@ impl<'de> Visitor<'de> for Capture<'_> {
 struct ItemsOf<'t>(&'t KeyedItems, Option<usize>);
 
 /// One item of such a list: its members are kept as unparsed text; only an
-/// item whose key is read, and not the writer's (`.1`) own, is kept.
+/// item whose key is read, and not the writer's (`.1`) own, is captured
+/// (the members of another object are given back); anything but an object
+/// is `None`.
 pub(crate) struct ListItem<'t>(pub(crate) &'t KeyedItems, pub(crate) Option<usize>);
 
+/// An item as [`ListItem`] reads it.
+pub(crate) type ItemRead<'de> = Option<Result<CapturedItem<'de>, ItemMembers<'de>>>;
+
 impl<'de> DeserializeSeed<'de> for ListItem<'_> {
-    type Value = Option<CapturedItem<'de>>;
+    type Value = ItemRead<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
@@ -525,7 +530,7 @@ impl<'de> DeserializeSeed<'de> for ListItem<'_> {
 }
 
 impl<'de> Visitor<'de> for ListItem<'_> {
-    type Value = Option<CapturedItem<'de>>;
+    type Value = ItemRead<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
@@ -538,7 +543,7 @@ impl<'de> Visitor<'de> for ListItem<'_> {
             spend_on_member::<A::Error>(&key)?;
             members.push((key, map.next_value::<&'de RawValue>()?));
         }
-        Ok(CapturedItem::of(self.0, self.1, members).ok())
+        Ok(Some(CapturedItem::of(self.0, self.1, members)))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -559,6 +564,7 @@ impl<'de> Visitor<'de> for ItemsOf<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::new();
         while let Some(item) = seq.next_element_seed(ListItem(self.0, self.1))? {
+            let item = item.and_then(Result::ok);
             // A slot (doubled for growth), and the `null` it may become.
             ValueBudget::spend::<A::Error>(2 * std::mem::size_of::<Option<CapturedItem<'de>>>() + SLOT)?;
             items.push(item);

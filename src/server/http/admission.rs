@@ -244,7 +244,9 @@ fn record(app: &App, endpoint: Endpoint, answer: &Answer, elapsed: Duration) {
 /// One self-contained line per decision that denied, trimmed or warned, so
 /// that a log search needs no span context.
 fn log_decision(endpoint: Endpoint, request: Option<&RequestFacts>, decision: &Decision) {
-    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned) {
+    if !matches!(decision.outcome, Outcome::Denied | Outcome::Trimmed | Outcome::Warned)
+        || !tracing::enabled!(tracing::Level::INFO)
+    {
         return;
     }
     let violated: Vec<String> = decision.violations.iter().map(ToString::to_string).collect();
