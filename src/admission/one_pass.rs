@@ -11,8 +11,9 @@
 //! its status, each item of a list read item by item and each member of
 //! such an item whose text is the first's at the same place is moved past
 //! with a comparison of bytes ([`Cursor::same`]) and taken as the first read
-//! it; only what differs is scanned. A large owned value that did not
-//! change is then scanned once, not twice, and built never.
+//! it; only what differs is scanned (after a comparison of the bytes up to
+//! where it differs, at each of those levels). A large owned value that did
+//! not change is then scanned once, not twice, and built never.
 //!
 //! It lists no member of the request: every member but the two objects is
 //! kept as unparsed text and read by [`ReviewRequest`]'s own derived
@@ -20,6 +21,8 @@
 //! adding a member to [`ReviewRequest`] is the only edit.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::marker::PhantomData;
 
 use kube::core::admission::{META_API_VERSION_V1, META_KIND};
@@ -235,14 +238,17 @@ struct FirstObject<'b> {
 /// Where an object's members were, and its status's.
 #[derive(Default)]
 struct ObjectText<'b> {
-    members: Vec<Span<'b>>,
-    status: Vec<Span<'b>>,
+    members: SpansByKey<'b>,
+    status: SpansByKey<'b>,
 }
+
+/// Members' spans by their key. A hash map: an object of a review may have
+/// hundreds of thousands of members, each looked up once.
+type SpansByKey<'b> = HashMap<Cow<'b, str>, Span<'b>>;
 
 /// A member's text, with what reading it spent of the review's budget,
 /// and for a list read item by item, its items'.
 struct Span<'b> {
-    key: Cow<'b, str>,
     text: &'b str,
     spent: usize,
     items: Vec<ItemText<'b>>,
@@ -257,9 +263,8 @@ struct ItemText<'b> {
 }
 
 impl<'b> Span<'b> {
-    fn new(key: Cow<'b, str>, text: &'b str, spent: usize) -> Self {
+    fn new(text: &'b str, spent: usize) -> Self {
         Self {
-            key,
             text,
             spent,
             items: Vec::new(),
@@ -270,37 +275,41 @@ impl<'b> Span<'b> {
 /// Where the spans of the object being read go: nowhere for the second
 /// object, which nothing is compared with.
 struct Spans<'b> {
-    spans: Vec<Span<'b>>,
+    spans: SpansByKey<'b>,
     kept: bool,
 }
 
 impl<'b> Spans<'b> {
     fn new(kept: bool) -> Self {
         Self {
-            spans: Vec::with_capacity(if kept { 8 } else { 0 }),
+            spans: HashMap::new(),
             kept,
         }
     }
 
     /// Keeps `span`, counted against the review's budget. A key written
-    /// twice is compared with nothing: which of the two a reader keeps is
-    /// the reader's.
-    fn keep(&mut self, span: Span<'b>) -> Result<(), Unread> {
+    /// twice is compared with nothing, neither its text nor its items':
+    /// a reader keeps the last, and its items are not the first's.
+    fn keep(&mut self, key: Cow<'b, str>, span: Span<'b>) -> Result<(), Unread> {
         if !self.kept {
             return Ok(());
         }
-        ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<Span<'b>>())?;
-        match self.spans.iter_mut().find(|s| s.key == span.key) {
-            Some(twice) => twice.text = "",
-            None => self.spans.push(span),
+        // The entry, its key, and the table's spare room and its old and new
+        // tables while it grows.
+        ValueBudget::spend::<serde_json::Error>(4 * std::mem::size_of::<(Cow<'b, str>, Span<'b>)>() + key.len())?;
+        match self.spans.entry(key) {
+            Entry::Occupied(mut twice) => *twice.get_mut() = Span::new("", 0),
+            Entry::Vacant(first) => {
+                first.insert(span);
+            }
         }
         Ok(())
     }
 }
 
 /// Moves past the value here if it is the same text as the first object's
-/// `span`: what reading it spent of the budget is spent again, so that
-/// both readers run out at the same review.
+/// `span`: what reading it spent of the budget is spent again, so that the
+/// single pass never runs out later than two passes would.
 fn same_text<'s, 'b>(cursor: &mut Cursor<'b>, span: Option<&'s Span<'b>>) -> Result<Option<&'s Span<'b>>, Unread> {
     match span {
         Some(span) if cursor.same(span.text) => {
@@ -311,8 +320,8 @@ fn same_text<'s, 'b>(cursor: &mut Cursor<'b>, span: Option<&'s Span<'b>>) -> Res
     }
 }
 
-fn member<'s, 'b>(spans: Option<&'s [Span<'b>]>, key: &str) -> Option<&'s Span<'b>> {
-    spans?.iter().find(|s| s.key == key)
+fn member<'s, 'b>(spans: Option<&'s SpansByKey<'b>>, key: &str) -> Option<&'s Span<'b>> {
+    spans?.get(key)
 }
 
 /// Runs `read`, and says what it spent of the review's budget.
@@ -350,7 +359,7 @@ fn read_object<'b>(
             "metadata" if metadata.is_some() => return Err(Unread),
             _ => {}
         }
-        let first_member = member(first_text.map(|t| t.members.as_slice()), &key);
+        let first_member = member(first_text.map(|t| &t.members), &key);
         if same_text(cursor, first_member)?.is_some() {
             match key.as_ref() {
                 "status" => status = Some(first_read.and_then(|(_, s)| s.clone())),
@@ -361,7 +370,7 @@ fn read_object<'b>(
         }
         let (read, spent) = spending(|| match key.as_ref() {
             "status" => {
-                let first_status = first_text.map(|t| t.status.as_slice());
+                let first_status = first_text.map(|t| &t.status);
                 let first_captured = first_read.and_then(|(_, s)| s.as_ref());
                 let (captured, read, members) = read_status(cursor, reading, first_status, first_captured, spans.kept)?;
                 status = Some(Some(captured));
@@ -375,7 +384,7 @@ fn read_object<'b>(
             }
             _ => cursor.skip(),
         })?;
-        spans.keep(Span::new(key, read, spent))
+        spans.keep(key, Span::new(read, spent))
     })?;
     text.members = spans.spans;
     let status = status
@@ -392,13 +401,13 @@ fn read_object<'b>(
 fn read_status<'b>(
     cursor: &mut Cursor<'b>,
     (paths, writer): (&PathTree, Option<usize>),
-    first: Option<&[Span<'b>]>,
+    first: Option<&SpansByKey<'b>>,
     first_captured: Option<&Captured<'b>>,
     kept: bool,
-) -> Result<(Captured<'b>, &'b str, Vec<Span<'b>>), Unread> {
+) -> Result<(Captured<'b>, &'b str, SpansByKey<'b>), Unread> {
     if paths.is_whole() || paths.keyed().is_some() || cursor.peek() != Some(b'{') {
         let (captured, text) = cursor.value(Capture(paths, writer))?;
-        return Ok((captured, text, Vec::new()));
+        return Ok((captured, text, SpansByKey::new()));
     }
     let first_members = match first_captured {
         Some(Captured::Object(members)) => members.as_slice(),
@@ -413,15 +422,15 @@ fn read_status<'b>(
             // Not read: only its text matters, for the object read second.
             if same_text(cursor, first_span)?.is_none() {
                 let text = cursor.skip()?;
-                spans.keep(Span::new(key, text, 0))?;
+                spans.keep(key, Span::new(text, 0))?;
             }
             return Ok(());
         };
         // What `Capture` spends for a member it reads.
         ValueBudget::spend::<serde_json::Error>(2 * std::mem::size_of::<(String, Captured<'b>)>() + key.len())?;
         let captured = match same_text(cursor, first_span)? {
-            // The first object's capture of the same text (the last of
-            // duplicate keys, which is the only one a span is kept for).
+            // The first object's capture of the same text: a span is kept
+            // only for a key written once, so it is that key's capture.
             Some(_) => match first_members.iter().rev().find(|(k, _)| *k == key) {
                 Some((_, captured)) => captured.clone(),
                 None => return Err(Unread),
@@ -446,9 +455,9 @@ fn read_status<'b>(
                         Ok((captured, text, Vec::new()))
                     }
                 })?;
-                let mut span = Span::new(key.clone(), text, spent);
+                let mut span = Span::new(text, spent);
                 span.items = items;
-                spans.keep(span)?;
+                spans.keep(key.clone(), span)?;
                 captured
             }
         };

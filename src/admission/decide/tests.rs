@@ -1009,6 +1009,67 @@ fn the_second_object_takes_what_it_did_not_change_by_its_text() {
     assert!(one_pass.starts_with("Denied"), "{one_pass}");
 }
 
+#[test]
+fn duplicate_keys_in_either_object_are_read_as_two_passes_read_them() {
+    let rules = rules("enforce");
+    let old = json!({"observedGeneration": 2, "replicas": 3, "free": 1, "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "Scaled", "status": "True"}]});
+    let body = String::from_utf8(in_api_server_order(&review(SCALER, old.clone(), old))).unwrap();
+    // Each edit is made in the first object (`object`), the second, or both.
+    let edits = [
+        (r#""replicas":3"#, r#""replicas":5,"replicas":3"#),
+        (r#""replicas":3"#, r#""replicas":3,"replicas":5"#),
+        (r#""free":1"#, r#""free":1,"free":2"#),
+        (
+            r#""observedGeneration":2"#,
+            r#""observedGeneration":2,"observedGeneration":2"#,
+        ),
+        (
+            r#""observedGeneration":2"#,
+            r#""observedGeneration":2,"observedGeneration":7"#,
+        ),
+        (
+            r#""observedGeneration":2"#,
+            r#""observedGeneration":7,"observedGeneration":2"#,
+        ),
+        (
+            r#""status":"True","type":"Ready""#,
+            r#""status":"False","status":"True","type":"Ready""#,
+        ),
+        (
+            r#""status":"True","type":"Ready""#,
+            r#""status":"True","type":"Ready","type":"Scaled""#,
+        ),
+        (
+            r#""metadata":{"name":"w"}"#,
+            r#""metadata":{"name":"w"},"spec":1,"spec":2"#,
+        ),
+        // A list written twice: its items are not the first list's.
+        (
+            r#""conditions":[{"status":"True","type":"Ready"}"#,
+            r#""conditions":[{"status":"True","type":"Ready"}],"conditions":[{"status":"False","type":"Ready"}"#,
+        ),
+    ];
+    for (from, to) in edits {
+        assert_eq!(body.matches(from).count(), 2, "{from}");
+        let first = body.replacen(from, to, 1);
+        let at = body.rfind(from).unwrap();
+        let second = format!("{}{to}{}", &body[..at], &body[at + from.len()..]);
+        let both = body.replace(from, to);
+        for edited in [first, second, both] {
+            let two_passes = parse_request(edited.as_bytes()).map(|request| {
+                let decided = decide_request(&rules, &request, Endpoint::Validate);
+                (request, decided)
+            });
+            assert_eq!(
+                answered(read_and_decide(&rules, edited.as_bytes(), Endpoint::Validate)),
+                answered(two_passes),
+                "{edited}"
+            );
+        }
+    }
+}
+
 /// `new` sharing most of its text with `old`, as a real write does: `old`
 /// with the first member of `new`, and with the first of `new`'s conditions
 /// in place of its own first.
