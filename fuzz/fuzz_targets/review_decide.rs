@@ -1,7 +1,9 @@
 //! Any body, on both endpoints and in every mode: the pipeline never
 //! panics, whatever it answers with 200 is a review echoing the uid, and
 //! reading and deciding in one pass answers what parsing and then deciding
-//! answers.
+//! answers. In trim mode, `/validate` (which proves items changed by their
+//! fingerprints, unbuilt) names the violations `/mutate` (which builds and
+//! compares them) names.
 #![no_main]
 
 #[path = "../common/mod.rs"]
@@ -17,6 +19,14 @@ static RULES: LazyLock<[statusguard::ownership::Ownership; 3]> =
     LazyLock::new(|| [common::rules("enforce"), common::rules("trim"), common::rules("audit")]);
 
 fuzz_target!(|body: &[u8]| {
+    let trim = &RULES[1];
+    let violations = |endpoint| match read_and_decide(trim, body, endpoint) {
+        Ok((_, Ok(decision))) => Some(decision.violations),
+        _ => None,
+    };
+    if let (Some(proven), Some(built)) = (violations(Endpoint::Validate), violations(Endpoint::Mutate)) {
+        assert_eq!(proven, built, "proofs by fingerprint name what building names");
+    }
     for rules in RULES.iter() {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let answer = answer(Some(rules), body, endpoint);

@@ -11,7 +11,7 @@
 //! Only "no rules in force yet" stays an HTTP 503, so that the webhook's
 //! `failurePolicy` (not statusguard) decides what an unready server means.
 
-use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Plan, decide, plan};
+use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Plan, decide, decide_projected, plan};
 use super::managed_fields;
 use super::observe::{Copied, ReviewedWrite, observed_at};
 use super::one_pass::{self, Reading};
@@ -261,17 +261,19 @@ fn read_and_decide_observing<'b>(
             paths: &resource_rules.read_paths,
             keep_text: observe && observed_at(resource_rules.mode) == endpoint,
             writer: resource_rules.writer_position(head.user_info.name()),
+            prove: proves(endpoint),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
     if let Some((request, statuses)) = one_pass::read(body, reading) {
         let decided = match &statuses {
-            Some(statuses) => decide(
+            Some(statuses) => decide_projected(
                 rules,
                 &request.head(),
                 endpoint,
                 statuses.old.as_ref().map(Option::as_ref),
                 statuses.new.as_ref().map(Option::as_ref),
+                &statuses.changed,
             ),
             None => decide_request(rules, &request, endpoint),
         };
@@ -280,6 +282,13 @@ fn read_and_decide_observing<'b>(
     let request = parse_request(body)?;
     let decided = decide_request(rules, &request, endpoint);
     Ok((request, decided))
+}
+
+/// Whether changed items are proven changed by their fingerprints and
+/// left unbuilt: `/validate` names what changed and needs no values;
+/// `/mutate` restores them.
+fn proves(endpoint: Endpoint) -> bool {
+    endpoint == Endpoint::Validate
 }
 
 /// Decides a request the wire parse read: its statuses are projected from
@@ -331,16 +340,17 @@ fn project_and_decide(
     );
     let old = capture(request.old_object.as_ref(), "oldObject", reading, depth)?;
     let new = capture(request.object.as_ref(), "object", reading, depth)?;
-    let statuses = realize(Some(old), Some(new), depth).map_err(|(side, e)| match side {
+    let statuses = realize(Some(old), Some(new), depth, proves(endpoint)).map_err(|(side, e)| match side {
         Side::Old => decision_error("oldObject", e),
         Side::New => decision_error("object", e),
     })?;
-    let decided = decide(
+    let decided = decide_projected(
         rules,
         &head,
         endpoint,
         statuses.old.as_ref().map(Option::as_ref),
         statuses.new.as_ref().map(Option::as_ref),
+        &statuses.changed,
     );
     // Projections made on the unbounded path may be nested as deep as the
     // API server allows: dropped without recursion, whatever the stack.

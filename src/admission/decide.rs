@@ -18,6 +18,7 @@ use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
 use serde_json::Value;
 
+use super::project::ChangedGroups;
 use super::trim::restoring_patch;
 use super::wire::RequestHead;
 use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation, condition_type, same_value};
@@ -238,6 +239,20 @@ pub fn decide(
     old: Option<Option<&Value>>,
     new: Option<Option<&Value>>,
 ) -> Result<Decision, DecisionError> {
+    decide_projected(rules, head, endpoint, old, new, &ChangedGroups::default())
+}
+
+/// [`decide`] on statuses as [`realize`](super::project::realize) projects
+/// them: the groups of items it proved changed (`changed`) are left out of
+/// both statuses, and count as changed.
+pub(crate) fn decide_projected(
+    rules: &Ownership,
+    head: &RequestHead<'_>,
+    endpoint: Endpoint,
+    old: Option<Option<&Value>>,
+    new: Option<Option<&Value>>,
+    changed: &ChangedGroups,
+) -> Result<Decision, DecisionError> {
     let writer = head.user_info.name();
     let configured = rules.resource(&head.resource.group, &head.resource.resource);
     let labels = match configured {
@@ -266,7 +281,7 @@ pub fn decide(
     };
     let old = old.ok_or(DecisionError::MissingObject("oldObject"))?;
     let new = new.ok_or(DecisionError::MissingObject("object"))?;
-    let violations = find_violations(resource_rules, writer, old, new);
+    let violations = violations_in(resource_rules, writer, old, new, changed);
     if violations.is_empty() {
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
@@ -318,11 +333,24 @@ fn act(
 }
 
 /// Every item owned by another writer that differs between the two statuses.
+#[cfg(test)]
 pub(crate) fn find_violations(
     rules: &ResourceRules,
     writer: &str,
     old_status: Option<&Value>,
     new_status: Option<&Value>,
+) -> Vec<Violation> {
+    violations_in(rules, writer, old_status, new_status, &ChangedGroups::default())
+}
+
+/// [`find_violations`], where the groups of items in `changed` (left out of
+/// both statuses) are known to differ.
+fn violations_in(
+    rules: &ResourceRules,
+    writer: &str,
+    old_status: Option<&Value>,
+    new_status: Option<&Value>,
+    changed: &ChangedGroups,
 ) -> Vec<Violation> {
     // Only the items the two statuses hold are looked at, through the owner
     // index: the cost follows the review, not the number of writers.
@@ -354,13 +382,22 @@ pub(crate) fn find_violations(
         grouped(rules.conditions(new_status), condition_type),
     );
     // Each type once: a type in both statuses is compared once, not twice.
-    let types_only_new = new_by_type.keys().filter(|ty| !old_by_type.contains_key(*ty));
-    for ty in old_by_type.keys().chain(types_only_new) {
-        let Some(&w) = rules.owners.by_condition_type.get(*ty) else {
+    let types: BTreeSet<&str> = old_by_type
+        .keys()
+        .chain(new_by_type.keys())
+        .copied()
+        .chain(changed.of(&rules.conditions_path))
+        .collect();
+    for ty in types {
+        let Some(&w) = rules.owners.by_condition_type.get(ty) else {
             continue;
         };
         let owner = &rules.writers[w];
-        if owner.username != writer && !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty)) {
+        let differs = || {
+            changed.contains(&rules.conditions_path, ty)
+                || !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty))
+        };
+        if owner.username != writer && differs() {
             let position = owner.conditions.iter().position(|c| c == ty).unwrap_or_default();
             found.insert((w, 1, position, 0));
         }
@@ -375,14 +412,21 @@ pub(crate) fn find_violations(
             grouped(list.entries(old_status), |entry| list.key_of(entry)),
             grouped(list.entries(new_status), |entry| list.key_of(entry)),
         );
-        let keys_only_new = new_by_key.keys().filter(|v| !old_by_key.contains_key(*v));
-        for value in old_by_key.keys().chain(keys_only_new) {
-            let Some(&(w, v)) = owners.get(*value) else {
+        let values: BTreeSet<&str> = old_by_key
+            .keys()
+            .chain(new_by_key.keys())
+            .copied()
+            .chain(changed.of(&list.path))
+            .collect();
+        for value in values {
+            let Some(&(w, v)) = owners.get(value) else {
                 continue;
             };
-            if rules.writers[w].username != writer
-                && !same_items(of_type(&old_by_key, value), of_type(&new_by_key, value))
-            {
+            let differs = || {
+                changed.contains(&list.path, value)
+                    || !same_items(of_type(&old_by_key, value), of_type(&new_by_key, value))
+            };
+            if rules.writers[w].username != writer && differs() {
                 found.insert((w, 2, l, v));
             }
         }

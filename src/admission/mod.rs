@@ -32,6 +32,7 @@
 pub mod answer;
 mod cursor;
 pub mod decide;
+mod fingerprint;
 mod managed_fields;
 pub mod observe;
 mod one_pass;

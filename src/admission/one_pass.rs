@@ -53,13 +53,21 @@ pub(crate) struct Reading<'t> {
     /// The writer's position among the resource's writers: its own values
     /// are never compared, so never read.
     pub(crate) writer: Option<usize>,
+    /// Whether changed items may be proven changed and left unbuilt (see
+    /// [`realize`]): where the decision needs no values, only what changed.
+    pub(crate) prove: bool,
 }
 
 impl Reading<'_> {
     fn same(this: Option<Self>, other: Option<Self>) -> bool {
         match (this, other) {
             (None, None) => true,
-            (Some(a), Some(b)) => std::ptr::eq(a.paths, b.paths) && a.keep_text == b.keep_text && a.writer == b.writer,
+            (Some(a), Some(b)) => {
+                std::ptr::eq(a.paths, b.paths)
+                    && a.keep_text == b.keep_text
+                    && a.writer == b.writer
+                    && a.prove == b.prove
+            }
             _ => false,
         }
     }
@@ -172,6 +180,7 @@ fn read_request<'b, 't>(
                 paths,
                 keep_text: false,
                 writer,
+                ..
             })) => {
                 let (read, text) = read_object(cursor, (paths, writer), first.as_ref())?;
                 if first.is_some() {
@@ -199,7 +208,8 @@ fn read_request<'b, 't>(
     // paths now, so that one pass answers what two passes answer in
     // every order. A status too deep for the bounded parse is left to
     // them, as are objects that all came before the head.
-    let reading = planned.flatten().map(|p| (p.paths, p.writer));
+    let planned = planned.flatten();
+    let reading = planned.map(|p| (p.paths, p.writer));
     let mut first = first.map(|f| f.read);
     let [object, old_object] = [object, old_object].map(|read| match read {
         ObjectRead::First => ObjectRead::Projected(first.take().flatten()),
@@ -219,7 +229,8 @@ fn read_request<'b, 't>(
     if reading.is_none() {
         return Ok(Some((request, None)));
     }
-    match realize(old_status, new_status, Depth::Bounded) {
+    let prove = planned.is_some_and(|p| p.prove);
+    match realize(old_status, new_status, Depth::Bounded, prove) {
         Ok(projected) => Ok(Some((request, Some(projected)))),
         Err(_) => Ok(None),
     }

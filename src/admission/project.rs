@@ -12,8 +12,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::fingerprint;
 use super::wire::BorrowedKey;
-use crate::ownership::{KeyedItems, PathTree};
+use crate::ownership::{FieldPath, KeyedItems, PathTree};
 use crate::value_budget::ValueBudget;
 
 /// The statuses of `oldObject` and `object`, projected: `None` for an
@@ -22,6 +23,28 @@ use crate::value_budget::ValueBudget;
 pub(crate) struct ProjectedStatuses {
     pub(crate) old: Option<Option<Value>>,
     pub(crate) new: Option<Option<Value>>,
+    /// The groups of items proven changed by their fingerprints, left
+    /// unbuilt in both (only where [`realize`] was asked to prove).
+    pub(crate) changed: ChangedGroups,
+}
+
+/// Groups of items of a list read item by item (the conditions of one
+/// type, the entries of one key value) that [`realize`] proved changed by
+/// their fingerprints (see `fingerprint`) and left out of both statuses,
+/// unbuilt: by the path of their list below the status, their key values.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChangedGroups(BTreeMap<Vec<String>, BTreeSet<String>>);
+
+impl ChangedGroups {
+    /// The key values proven changed in the list at `list`.
+    pub(crate) fn of(&self, list: &FieldPath) -> impl Iterator<Item = &str> {
+        self.0.get(list.segments()).into_iter().flatten().map(String::as_str)
+    }
+
+    /// Whether the items of `key` in the list at `list` were proven changed.
+    pub(crate) fn contains(&self, list: &FieldPath, key: &str) -> bool {
+        self.0.get(list.segments()).is_some_and(|keys| keys.contains(key))
+    }
 }
 
 impl ProjectedStatuses {
@@ -212,13 +235,20 @@ pub(crate) enum Side {
 /// nothing changed there, as it would have after building and comparing
 /// them. Only values whose text differs are built, with the full semantics
 /// (absent equals `null`, exact numbers, items in any order).
+///
+/// With `prove` (for a decision that needs to know only what changed, not
+/// the values: `/validate`), a key value whose items differ in text is first
+/// fingerprinted: where the fingerprints prove the items changed, they are
+/// left out unbuilt too, and named in [`ProjectedStatuses::changed`].
 pub(crate) fn realize(
     old: Option<Option<Captured<'_>>>,
     new: Option<Option<Captured<'_>>>,
     depth: Depth,
+    prove: bool,
 ) -> Result<ProjectedStatuses, (Side, ProjectError)> {
+    let mut proving = prove.then(Proving::default);
     let (old_status, new_status) = match (&old, &new) {
-        (Some(Some(o)), Some(Some(n))) => pair(o, n, depth)?,
+        (Some(Some(o)), Some(Some(n))) => pair(o, n, depth, proving.as_mut())?,
         _ => (
             built(old.as_ref().and_then(Option::as_ref), Side::Old, depth)?,
             built(new.as_ref().and_then(Option::as_ref), Side::New, depth)?,
@@ -227,6 +257,7 @@ pub(crate) fn realize(
     Ok(ProjectedStatuses {
         old: old.map(|o| o.and(old_status)),
         new: new.map(|n| n.and(new_status)),
+        changed: proving.map(|p| p.changed).unwrap_or_default(),
     })
 }
 
@@ -234,11 +265,19 @@ fn built(captured: Option<&Captured<'_>>, side: Side, depth: Depth) -> Result<Op
     captured.map(|c| build(c, depth)).transpose().map_err(|e| (side, e))
 }
 
+/// Where [`pair`] is, and the groups it proved changed.
+#[derive(Default)]
+struct Proving {
+    path: Vec<String>,
+    changed: ChangedGroups,
+}
+
 /// Both sides of one captured value, each `None` where it is left out.
 fn pair(
     old: &Captured<'_>,
     new: &Captured<'_>,
     depth: Depth,
+    mut proving: Option<&mut Proving>,
 ) -> Result<(Option<Value>, Option<Value>), (Side, ProjectError)> {
     Ok(match (old, new) {
         (Captured::Whole(o), Captured::Whole(n)) if o.get() == n.get() => (None, None),
@@ -250,7 +289,13 @@ fn pair(
             for (key, old_child) in o {
                 match find(n, key) {
                     Some(new_child) => {
-                        let (o, n) = pair(old_child, new_child, depth)?;
+                        if let Some(p) = proving.as_deref_mut() {
+                            p.path.push(key.clone());
+                        }
+                        let (o, n) = pair(old_child, new_child, depth, proving.as_deref_mut())?;
+                        if let Some(p) = proving.as_deref_mut() {
+                            p.path.pop();
+                        }
                         o.map(|v| old_map.insert(key.clone(), v));
                         n.map(|v| new_map.insert(key.clone(), v));
                     }
@@ -269,17 +314,29 @@ fn pair(
         }
         (Captured::Items(o), Captured::Items(n)) => {
             let unchanged = unchanged_keys(o, n);
-            let list = |items: &[Option<CapturedItem<'_>>], side| -> Result<Value, (Side, ProjectError)> {
+            let proven = match proving {
+                Some(p) => {
+                    let proven = proven_changed(o, n, &unchanged);
+                    if !proven.is_empty() {
+                        let keys = p.changed.0.entry(p.path.clone()).or_default();
+                        keys.extend(proven.iter().map(|k| (*k).to_owned()));
+                    }
+                    proven
+                }
+                None => BTreeSet::new(),
+            };
+            let list = |items: &[Option<CapturedItem<'_>>], side| {
                 let mut built = Vec::with_capacity(items.len());
                 for item in items {
                     built.push(match item {
-                        Some(item) if !unchanged.contains(item.key.as_ref()) => {
-                            build_item(item, depth).map_err(|e| (side, e))?
+                        Some(item) if unchanged.contains(item.key.as_ref()) || proven.contains(item.key.as_ref()) => {
+                            Value::Null
                         }
-                        _ => Value::Null,
+                        Some(item) => build_item(item, depth).map_err(|e| (side, e))?,
+                        None => Value::Null,
                     });
                 }
-                Ok(Value::Array(built))
+                Ok::<_, (Side, ProjectError)>(Value::Array(built))
             };
             (Some(list(o, Side::Old)?), Some(list(n, Side::New)?))
         }
@@ -288,6 +345,60 @@ fn pair(
             Some(build(n, depth).map_err(|e| (Side::New, e))?),
         ),
     })
+}
+
+/// The key values, of two lists read item by item, whose items their
+/// fingerprints prove changed; `unchanged` are left out. Nothing is built,
+/// so nothing is spent of the review's budget.
+///
+/// The items of a key value are compared as [`same_items`] compares them,
+/// as multisets, by three proofs, each only where the one before proves
+/// nothing: their number; the fingerprint of each at the place where the
+/// first changed pair first differs ([`fingerprint::at_path`]); the
+/// fingerprint of each whole. Any doubt (a key written twice, a value too
+/// deep to fingerprint here) leaves the key value to be built and compared.
+///
+/// [`same_items`]: super::decide::compare::same_items
+fn proven_changed<'a>(
+    old: &'a [Option<CapturedItem<'_>>],
+    new: &'a [Option<CapturedItem<'_>>],
+    unchanged: &BTreeSet<&str>,
+) -> BTreeSet<&'a str> {
+    let mut groups: BTreeMap<&'a str, (Vec<&'a ItemMembers<'_>>, Vec<&'a ItemMembers<'_>>)> = BTreeMap::new();
+    for item in old.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
+        groups.entry(item.key.as_ref()).or_default().0.push(&item.members);
+    }
+    for item in new.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
+        groups.entry(item.key.as_ref()).or_default().1.push(&item.members);
+    }
+    groups
+        .into_iter()
+        .filter(|(_, (o, n))| {
+            if o.len() != n.len() {
+                return true;
+            }
+            // The first pair whose text differs, and where it first differs.
+            let path = o
+                .iter()
+                .zip(n)
+                .find_map(|(a, b)| fingerprint::first_difference(a, b))
+                .unwrap_or_default();
+            let differ = |print: &dyn Fn(&ItemMembers<'_>) -> Option<u64>| {
+                let (Some(mut a), Some(mut b)) = (
+                    o.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
+                    n.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
+                ) else {
+                    return false;
+                };
+                a.sort_unstable();
+                b.sort_unstable();
+                a != b
+            };
+            (!path.is_empty() && differ(&|item| fingerprint::at_path(item, &path)))
+                || differ(&|item| fingerprint::at_path(item, &[]))
+        })
+        .map(|(key, _)| key)
+        .collect()
 }
 
 /// The member `key` of a captured object: the last one, as a parse keeps.
@@ -683,7 +794,7 @@ mod tests {
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(&old).unwrap(), serde_json::from_str(&new).unwrap());
         let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
-        let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded).unwrap();
+        let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, false).unwrap();
         assert_eq!(
             statuses.old,
             Some(Some(
@@ -700,9 +811,58 @@ mod tests {
         let changed = format!(r#"{{"big": {}}}"#, deep.replace("1]", "2]"));
         let changed: &RawValue = serde_json::from_str(&changed).unwrap();
         assert!(matches!(
-            realize(Some(captured(old)), Some(captured(changed)), Depth::Bounded),
+            realize(Some(captured(old)), Some(captured(changed)), Depth::Bounded, false),
             Err((Side::Old | Side::New, ProjectError::TooDeep))
         ));
+    }
+
+    /// Issue 25: asked to prove, `realize` leaves out unbuilt the items of
+    /// a type whose fingerprints differ and names the type; items of equal
+    /// value in other text, and any doubt, are built and compared as before.
+    #[test]
+    fn items_proven_changed_by_their_fingerprints_are_named_and_never_built() {
+        let conditions = FieldPath::parse("conditions").unwrap();
+        let types = ["Ready", "Scaled", "Twice", "Gone", "Same"].map(str::to_owned);
+        let tree = PathTree::with_conditions(std::iter::empty(), &conditions, types);
+        let old = r#"{"conditions": [
+            {"type": "Ready", "s": 1}, {"type": "Scaled", "s": 1, "x": null},
+            {"type": "Twice", "s": 1}, {"type": "Gone"}, {"type": "Gone"}, {"type": "Same"}]}"#;
+        let new = r#"{"conditions": [
+            {"type": "Ready", "s": 2}, {"s": 1, "type": "Scaled"},
+            {"type": "Twice", "s": 3, "s": 1}, {"type": "Gone"}, {"type": "Same"}]}"#;
+        let (old, new): (&RawValue, &RawValue) =
+            (serde_json::from_str(old).unwrap(), serde_json::from_str(new).unwrap());
+        let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
+        let realized = |prove| {
+            let budget = 1 << 30;
+            let _guard = ValueBudget::enter(budget);
+            let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, prove).unwrap();
+            (statuses, budget - ValueBudget::left().unwrap())
+        };
+        let ((proven, proven_spent), (built, built_spent)) = (realized(true), realized(false));
+        // Ready changed its value, Gone its number of items: proven, unbuilt.
+        assert_eq!(proven.changed.of(&conditions).collect::<Vec<_>>(), ["Gone", "Ready"]);
+        assert!(proven.changed.contains(&conditions, "Ready") && !proven.changed.contains(&conditions, "Scaled"));
+        assert_eq!(
+            proven.old,
+            Some(Some(json!({"conditions": [
+                null, {"type": "Scaled", "s": 1, "x": null}, {"type": "Twice", "s": 1}, null, null, null]})))
+        );
+        // Scaled is the same value in other text, Twice has a key written
+        // twice (a parse keeps the last): both are built, as without proofs.
+        assert_eq!(
+            proven.new,
+            Some(Some(
+                json!({"conditions": [null, {"s": 1, "type": "Scaled"}, {"type": "Twice", "s": 1}, null, null]})
+            ))
+        );
+        assert_eq!(built.changed, ChangedGroups::default());
+        assert_eq!(
+            built.new.unwrap().unwrap()["conditions"][0],
+            json!({"type": "Ready", "s": 2})
+        );
+        // Left unbuilt, they spend nothing: the rest spends as before.
+        assert_eq!(built_spent - proven_spent, 102, "the Ready and Gone items built");
     }
 
     /// A writer's own values are never compared on its writes: they are

@@ -957,6 +957,7 @@ fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
             keep_text: false,
+            prove: false,
             writer: r.writer_position(head.user_info.name()),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
@@ -1414,3 +1415,74 @@ proptest! {
 }
 
 mod keyed;
+
+/// Issue 25: the Gateway route's stale retry (16 entries of the other
+/// implementation rolled back) is decided at `/validate` on fingerprints:
+/// the entries are proven changed and never built, and the decision names
+/// what building and comparing them (`/mutate`) names. An entry written
+/// back with the same value in other text is no change.
+#[test]
+fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_them() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("gateway-api.yaml")).unwrap();
+    let stale = std::fs::read(examples.join("gateway-route-stale-review.json")).unwrap();
+    let rules = |mode: &str| Ownership::from_yaml(&text.replace("mode: enforce", &format!("mode: {mode}"))).unwrap();
+    let trim = rules("trim");
+    let plan = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Validate) {
+        Plan::Read(r) => Some(Reading {
+            paths: &r.read_paths,
+            keep_text: false,
+            writer: r.writer_position(head.user_info.name()),
+            prove: true,
+        }),
+        Plan::Answer(_) | Plan::Refuse(_) => None,
+    };
+    let (_, statuses) = one_pass::read(&stale, plan).unwrap();
+    let statuses = statuses.unwrap();
+    let parents = crate::ownership::FieldPath::parse("parents").unwrap();
+    assert_eq!(
+        statuses.changed.of(&parents).collect::<Vec<_>>(),
+        ["istio.io/gateway-controller"]
+    );
+    let entries = |status: &Option<Option<Value>>| status.clone().unwrap().unwrap()["parents"].clone();
+    assert!(
+        entries(&statuses.old).as_array().unwrap().iter().all(Value::is_null),
+        "nothing of the entries is built"
+    );
+    let violations = |endpoint| {
+        let (_, decided) = read_and_decide(&trim, &stale, endpoint).unwrap();
+        decided.unwrap().violations
+    };
+    let proven = violations(Endpoint::Validate);
+    assert_eq!(proven.len(), 1);
+    assert_eq!(proven, violations(Endpoint::Mutate));
+    // The same stale copy, but the other implementation's entries written
+    // back as they are stored, in other text: each condition's members in
+    // the other order, absent members as null. Allowed, as building and
+    // comparing finds.
+    let mut review: Value = serde_json::from_slice(&stale).unwrap();
+    let stored = review["request"]["oldObject"]["status"]["parents"].clone();
+    let written = review["request"]["object"]["status"]["parents"].as_array_mut().unwrap();
+    for (entry, stored) in written.iter_mut().zip(stored.as_array().unwrap()) {
+        if entry["controllerName"] == "istio.io/gateway-controller" {
+            *entry = stored.clone();
+            entry["conditions"][1]["added"] = Value::Null;
+        }
+    }
+    let body = member_order::write(&review, &mut |members| {
+        if members.iter().any(|(k, _)| *k == "lastTransitionTime") {
+            members.reverse();
+        } else {
+            members.sort_by_key(|(k, _)| member_order::REQUEST_ORDER.iter().position(|r| r == k));
+        }
+    });
+    let text = String::from_utf8(body.clone()).unwrap();
+    assert!(
+        text.contains(r#"{"type":"Accepted","status""#),
+        "the conditions are written in another order"
+    );
+    for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+        let (_, decided) = read_and_decide(&rules("trim"), &body, endpoint).unwrap();
+        assert_eq!(decided.unwrap().outcome, Outcome::Allowed, "{endpoint:?}");
+    }
+}
