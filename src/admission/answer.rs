@@ -15,7 +15,7 @@ use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Pla
 use super::managed_fields;
 use super::observe::{Copied, ReviewedWrite, observed_at};
 use super::one_pass::{self, Reading};
-use super::project::{Captured, Depth, ProjectError, Side, capture_status, nesting_depth, realize};
+use super::project::{Captured, Depth, ProjectError, Proofs, Side, capture_status, nesting_depth, realize};
 use super::wire::{ObjectView, RequestHead, ReviewError, ReviewRequest, encode_response, parse_request, refuse};
 use crate::ownership::{Ownership, PathTree};
 use crate::value_budget::{REVIEW_VALUE_BUDGET, ValueBudget};
@@ -261,7 +261,7 @@ fn read_and_decide_observing<'b>(
             paths: &resource_rules.read_paths,
             keep_text: observe && observed_at(resource_rules.mode) == endpoint,
             writer: resource_rules.writer_position(head.user_info.name()),
-            prove: proves(endpoint),
+            proofs: proofs(endpoint),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
@@ -284,11 +284,14 @@ fn read_and_decide_observing<'b>(
     Ok((request, decided))
 }
 
-/// Whether changed items are proven changed by their fingerprints and
+/// What changed items are proven changed by their fingerprints for, and
 /// left unbuilt: `/validate` names what changed and needs no values;
-/// `/mutate` restores them.
-fn proves(endpoint: Endpoint) -> bool {
-    endpoint == Endpoint::Validate
+/// `/mutate` restores the old items, and builds only them.
+fn proofs(endpoint: Endpoint) -> Proofs {
+    match endpoint {
+        Endpoint::Validate => Proofs::Names,
+        Endpoint::Mutate => Proofs::Restore,
+    }
 }
 
 /// Decides a request the wire parse read: its statuses are projected from
@@ -340,7 +343,7 @@ fn project_and_decide(
     );
     let old = capture(request.old_object.as_ref(), "oldObject", reading, depth)?;
     let new = capture(request.object.as_ref(), "object", reading, depth)?;
-    let statuses = realize(Some(old), Some(new), depth, proves(endpoint)).map_err(|(side, e)| match side {
+    let statuses = realize(Some(old), Some(new), depth, proofs(endpoint)).map_err(|(side, e)| match side {
         Side::Old => decision_error("oldObject", e),
         Side::New => decision_error("object", e),
     })?;

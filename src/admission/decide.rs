@@ -285,7 +285,7 @@ pub(crate) fn decide_projected(
     if violations.is_empty() {
         return Ok(decision(Outcome::Allowed, vec![], allow));
     }
-    act(resource_rules, writer, violations, old, new, endpoint, allow)
+    act(resource_rules, writer, violations, (old, new, changed), endpoint, allow)
         .map(|(outcome, violations, response)| decision(outcome, violations, response))
 }
 
@@ -294,8 +294,7 @@ fn act(
     resource_rules: &ResourceRules,
     writer: &str,
     violations: Vec<Violation>,
-    old: Option<&Value>,
-    new: Option<&Value>,
+    (old, new, changed): (Option<&Value>, Option<&Value>, &ChangedGroups),
     endpoint: Endpoint,
     allow: AdmissionResponse,
 ) -> Result<(Outcome, Vec<Violation>, AdmissionResponse), DecisionError> {
@@ -321,7 +320,7 @@ fn act(
             (Outcome::Warned, violations, response)
         }
         (Endpoint::Mutate, _) => {
-            let patch = restoring_patch(resource_rules, &violations, old, new)
+            let patch = restoring_patch(resource_rules, &violations, old, new, changed)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
             let mut response = allow
                 .with_patch(patch)

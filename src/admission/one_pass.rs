@@ -34,8 +34,8 @@ use serde_json::value::RawValue;
 
 use super::cursor::{Cursor, Unread};
 use super::project::{
-    Capture, Captured, CapturedItem, Depth, ItemMembers, ItemRead, ListItem, ProjectError, ProjectedStatuses, SLOT,
-    capture_status, realize, spend_on_member,
+    Capture, Captured, CapturedItem, Depth, ItemMembers, ItemRead, ListItem, ProjectError, ProjectedStatuses, Proofs,
+    SLOT, capture_status, realize, spend_on_member,
 };
 use super::wire::{MetadataView, ObjectView, RequestHead, ReviewRequest};
 use crate::ownership::{KeyedItems, PathTree};
@@ -53,9 +53,9 @@ pub(crate) struct Reading<'t> {
     /// The writer's position among the resource's writers: its own values
     /// are never compared, so never read.
     pub(crate) writer: Option<usize>,
-    /// Whether changed items may be proven changed and left unbuilt (see
-    /// [`realize`]): where the decision needs no values, only what changed.
-    pub(crate) prove: bool,
+    /// What changed items are proven changed for, and left unbuilt (see
+    /// [`realize`]).
+    pub(crate) proofs: Proofs,
 }
 
 impl Reading<'_> {
@@ -66,7 +66,7 @@ impl Reading<'_> {
                 std::ptr::eq(a.paths, b.paths)
                     && a.keep_text == b.keep_text
                     && a.writer == b.writer
-                    && a.prove == b.prove
+                    && a.proofs == b.proofs
             }
             _ => false,
         }
@@ -229,8 +229,8 @@ fn read_request<'b, 't>(
     if reading.is_none() {
         return Ok(Some((request, None)));
     }
-    let prove = planned.is_some_and(|p| p.prove);
-    match realize(old_status, new_status, Depth::Bounded, prove) {
+    let proofs = planned.map_or(Proofs::Off, |p| p.proofs);
+    match realize(old_status, new_status, Depth::Bounded, proofs) {
         Ok(projected) => Ok(Some((request, Some(projected)))),
         Err(_) => Ok(None),
     }

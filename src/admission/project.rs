@@ -23,27 +23,47 @@ use crate::value_budget::ValueBudget;
 pub(crate) struct ProjectedStatuses {
     pub(crate) old: Option<Option<Value>>,
     pub(crate) new: Option<Option<Value>>,
-    /// The groups of items proven changed by their fingerprints, left
-    /// unbuilt in both (only where [`realize`] was asked to prove).
+    /// The groups of items proven changed by their fingerprints (only
+    /// where [`realize`] was asked to prove).
     pub(crate) changed: ChangedGroups,
 }
 
 /// Groups of items of a list read item by item (the conditions of one
 /// type, the entries of one key value) that [`realize`] proved changed by
-/// their fingerprints (see `fingerprint`) and left out of both statuses,
-/// unbuilt: by the path of their list below the status, their key values.
+/// their fingerprints (see `fingerprint`) and left unbuilt in the new
+/// status (and in the old one, unless asked to restore them): by the path
+/// of their list below the status, and their key values.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ChangedGroups(BTreeMap<Vec<String>, BTreeSet<String>>);
+pub struct ChangedGroups(BTreeMap<Vec<String>, BTreeMap<String, ChangedGroup>>);
+
+/// Where a changed group's items are in the new list, for a restore.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ChangedGroup {
+    /// By position among the group's items in the new list: its index in
+    /// the list, and whether it is the same value as the old list's item at
+    /// the same position among the group's (`false` where there is none).
+    /// Empty unless [`Proofs::Restore`].
+    pub(crate) new_items: Vec<(usize, bool)>,
+}
 
 impl ChangedGroups {
     /// The key values proven changed in the list at `list`.
     pub(crate) fn of(&self, list: &FieldPath) -> impl Iterator<Item = &str> {
-        self.0.get(list.segments()).into_iter().flatten().map(String::as_str)
+        self.in_list(list).map(|(key, _)| key)
     }
 
     /// Whether the items of `key` in the list at `list` were proven changed.
     pub(crate) fn contains(&self, list: &FieldPath, key: &str) -> bool {
-        self.0.get(list.segments()).is_some_and(|keys| keys.contains(key))
+        self.0.get(list.segments()).is_some_and(|keys| keys.contains_key(key))
+    }
+
+    /// The groups proven changed in the list at `list`.
+    pub(crate) fn in_list(&self, list: &FieldPath) -> impl Iterator<Item = (&str, &ChangedGroup)> {
+        self.0
+            .get(list.segments())
+            .into_iter()
+            .flatten()
+            .map(|(k, g)| (k.as_str(), g))
     }
 }
 
@@ -57,6 +77,19 @@ impl ProjectedStatuses {
             .chain(self.new.flatten())
             .for_each(crate::ownership::drop_iteratively);
     }
+}
+
+/// What [`realize`] proves by fingerprints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proofs {
+    /// Nothing: every value whose text differs is built.
+    Off,
+    /// Which groups changed, for a decision that names them (`/validate`):
+    /// neither side of a group proven changed is built.
+    Names,
+    /// Which groups changed, and where their new items are, for a restore
+    /// (`/mutate`): the old side of a group proven changed is built.
+    Restore,
 }
 
 /// How deep a parse may nest.
@@ -236,17 +269,20 @@ pub(crate) enum Side {
 /// them. Only values whose text differs are built, with the full semantics
 /// (absent equals `null`, exact numbers, items in any order).
 ///
-/// With `prove` (for a decision that needs to know only what changed, not
-/// the values: `/validate`), a key value whose items differ in text is first
-/// fingerprinted: where the fingerprints prove the items changed, they are
-/// left out unbuilt too, and named in [`ProjectedStatuses::changed`].
+/// With [`Proofs::Names`] or [`Proofs::Restore`], a key value whose items
+/// differ in text is first fingerprinted: where the fingerprints prove the
+/// items changed, its new items are left out unbuilt too (and its old ones,
+/// unless to restore them), and it is named in [`ProjectedStatuses::changed`].
 pub(crate) fn realize(
     old: Option<Option<Captured<'_>>>,
     new: Option<Option<Captured<'_>>>,
     depth: Depth,
-    prove: bool,
+    proofs: Proofs,
 ) -> Result<ProjectedStatuses, (Side, ProjectError)> {
-    let mut proving = prove.then(Proving::default);
+    let mut proving = (proofs != Proofs::Off).then(|| Proving {
+        restore: proofs == Proofs::Restore,
+        ..Proving::default()
+    });
     let (old_status, new_status) = match (&old, &new) {
         (Some(Some(o)), Some(Some(n))) => pair(o, n, depth, proving.as_mut())?,
         _ => (
@@ -270,6 +306,8 @@ fn built(captured: Option<&Captured<'_>>, side: Side, depth: Depth) -> Result<Op
 struct Proving {
     path: Vec<String>,
     changed: ChangedGroups,
+    /// For a restore (see [`Proofs::Restore`]).
+    restore: bool,
 }
 
 /// Both sides of one captured value, each `None` where it is left out.
@@ -314,22 +352,32 @@ fn pair(
         }
         (Captured::Items(o), Captured::Items(n)) => {
             let unchanged = unchanged_keys(o, n);
-            let proven = match proving {
+            let (proven, restore) = match proving {
                 Some(p) => {
-                    let proven = proven_changed(o, n, &unchanged);
+                    let mut proven = proven_changed(o, n, &unchanged, p.restore);
                     if !proven.is_empty() {
-                        let keys = p.changed.0.entry(p.path.clone()).or_default();
-                        keys.extend(proven.iter().map(|k| (*k).to_owned()));
+                        // Where the new items of each group are.
+                        for (index, item) in n.iter().enumerate() {
+                            if let Some(group) = item.as_ref().and_then(|i| proven.get_mut(i.key.as_ref()))
+                                && let Some(at) = group.new_items.iter_mut().find(|(at, _)| *at == usize::MAX)
+                            {
+                                at.0 = index;
+                            }
+                        }
+                        let groups = p.changed.0.entry(p.path.clone()).or_default();
+                        groups.extend(proven.iter().map(|(k, g)| ((*k).to_owned(), g.clone())));
                     }
-                    proven
+                    (proven, p.restore)
                 }
-                None => BTreeSet::new(),
+                None => (BTreeMap::new(), false),
             };
             let list = |items: &[Option<CapturedItem<'_>>], side| {
                 let mut built = Vec::with_capacity(items.len());
                 for item in items {
                     built.push(match item {
-                        Some(item) if unchanged.contains(item.key.as_ref()) || proven.contains(item.key.as_ref()) => {
+                        Some(item) if unchanged.contains(item.key.as_ref()) => Value::Null,
+                        // A restore puts back the old items: only they are built.
+                        Some(item) if proven.contains_key(item.key.as_ref()) && !(restore && side == Side::Old) => {
                             Value::Null
                         }
                         Some(item) => build_item(item, depth).map_err(|e| (side, e))?,
@@ -358,32 +406,38 @@ fn pair(
 /// fingerprint of each whole. Any doubt (a key written twice, a value too
 /// deep to fingerprint here) leaves the key value to be built and compared.
 ///
+/// For a `restore`, each new item of a group proven changed is also told
+/// the same as its old counterpart or not (as the restore pairs them: in
+/// order within the group), by its text, or by fingerprints that differ;
+/// a group where that cannot be told is left to be built. Its index in
+/// the new list is left to the caller (`usize::MAX`).
+///
 /// [`same_items`]: super::decide::compare::same_items
 fn proven_changed<'a>(
     old: &'a [Option<CapturedItem<'_>>],
     new: &'a [Option<CapturedItem<'_>>],
     unchanged: &BTreeSet<&str>,
-) -> BTreeSet<&'a str> {
-    let mut groups: BTreeMap<&'a str, (Vec<&'a ItemMembers<'_>>, Vec<&'a ItemMembers<'_>>)> = BTreeMap::new();
+    restore: bool,
+) -> BTreeMap<&'a str, ChangedGroup> {
+    let mut groups: BTreeMap<&'a str, (Vec<&'a CapturedItem<'_>>, Vec<&'a CapturedItem<'_>>)> = BTreeMap::new();
     for item in old.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
-        groups.entry(item.key.as_ref()).or_default().0.push(&item.members);
+        groups.entry(item.key.as_ref()).or_default().0.push(item);
     }
     for item in new.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
-        groups.entry(item.key.as_ref()).or_default().1.push(&item.members);
+        groups.entry(item.key.as_ref()).or_default().1.push(item);
     }
     groups
         .into_iter()
-        .filter(|(_, (o, n))| {
-            if o.len() != n.len() {
-                return true;
-            }
+        .filter_map(|(key, (o, n))| {
             // The first pair whose text differs, and where it first differs.
             let path = o
                 .iter()
-                .zip(n)
-                .find_map(|(a, b)| fingerprint::first_difference(a, b))
+                .zip(&n)
+                .find_map(|(a, b)| fingerprint::first_difference(&a.members, &b.members))
                 .unwrap_or_default();
-            let differ = |print: &dyn Fn(&ItemMembers<'_>) -> Option<u64>| {
+            let at_path = |item: &CapturedItem<'_>| fingerprint::at_path(&item.members, &path);
+            let whole = |item: &CapturedItem<'_>| fingerprint::at_path(&item.members, &[]);
+            let differ = |print: &dyn Fn(&CapturedItem<'_>) -> Option<u64>| {
                 let (Some(mut a), Some(mut b)) = (
                     o.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
                     n.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
@@ -394,10 +448,31 @@ fn proven_changed<'a>(
                 b.sort_unstable();
                 a != b
             };
-            (!path.is_empty() && differ(&|item| fingerprint::at_path(item, &path)))
-                || differ(&|item| fingerprint::at_path(item, &[]))
+            let proven = o.len() != n.len() || (!path.is_empty() && differ(&at_path)) || differ(&whole);
+            if !proven {
+                return None;
+            }
+            let mut group = ChangedGroup::default();
+            if restore {
+                for (i, item) in n.iter().enumerate() {
+                    let same = match o.get(i) {
+                        None => false,
+                        Some(previous) if previous.same_text(item) => true,
+                        Some(previous) => {
+                            let told = |print: &dyn Fn(&CapturedItem<'_>) -> Option<u64>| {
+                                matches!((print(previous), print(item)), (Some(a), Some(b)) if a != b)
+                            };
+                            if !(told(&at_path) || told(&whole)) {
+                                return None;
+                            }
+                            false
+                        }
+                    };
+                    group.new_items.push((usize::MAX, same));
+                }
+            }
+            Some((key, group))
         })
-        .map(|(key, _)| key)
         .collect()
 }
 
@@ -794,7 +869,7 @@ mod tests {
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(&old).unwrap(), serde_json::from_str(&new).unwrap());
         let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
-        let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, false).unwrap();
+        let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, Proofs::Off).unwrap();
         assert_eq!(
             statuses.old,
             Some(Some(
@@ -811,7 +886,12 @@ mod tests {
         let changed = format!(r#"{{"big": {}}}"#, deep.replace("1]", "2]"));
         let changed: &RawValue = serde_json::from_str(&changed).unwrap();
         assert!(matches!(
-            realize(Some(captured(old)), Some(captured(changed)), Depth::Bounded, false),
+            realize(
+                Some(captured(old)),
+                Some(captured(changed)),
+                Depth::Bounded,
+                Proofs::Off
+            ),
             Err((Side::Old | Side::New, ProjectError::TooDeep))
         ));
     }
@@ -833,13 +913,13 @@ mod tests {
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(old).unwrap(), serde_json::from_str(new).unwrap());
         let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
-        let realized = |prove| {
+        let realized = |proofs| {
             let budget = 1 << 30;
             let _guard = ValueBudget::enter(budget);
-            let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, prove).unwrap();
+            let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, proofs).unwrap();
             (statuses, budget - ValueBudget::left().unwrap())
         };
-        let ((proven, proven_spent), (built, built_spent)) = (realized(true), realized(false));
+        let ((proven, proven_spent), (built, built_spent)) = (realized(Proofs::Names), realized(Proofs::Off));
         // Ready changed its value, Gone its number of items: proven, unbuilt.
         assert_eq!(proven.changed.of(&conditions).collect::<Vec<_>>(), ["Gone", "Ready"]);
         assert!(proven.changed.contains(&conditions, "Ready") && !proven.changed.contains(&conditions, "Scaled"));

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::Value;
 
+use super::project::ChangedGroups;
 use crate::ownership::{FieldPath, Item, ResourceRules, Violation, condition_type, same_value};
 
 /// The patch could not be built (a bug).
@@ -16,11 +17,16 @@ pub(crate) struct PatchError(String);
 /// The JSON Patch (paths from the object's root) that restores every violated
 /// item of the new status to its value in the old one, leaving the writer's
 /// own and unowned changes alone.
+///
+/// The items of a group in `changed` are unbuilt in the new status (`null`
+/// in place): where they are, and whether each is the same as its old
+/// counterpart, is what `changed` says.
 pub(crate) fn restoring_patch(
     rules: &ResourceRules,
     violations: &[Violation],
     old_status: Option<&Value>,
     new_status: Option<&Value>,
+    changed: &ChangedGroups,
 ) -> Result<Patch, PatchError> {
     // Only the status is copied to work on: the rest of a large object is
     // never touched by the patch.
@@ -48,7 +54,7 @@ pub(crate) fn restoring_patch(
             &mut work,
             &rules.conditions_path,
             old_status,
-            &violated_types,
+            (&violated_types, changed),
             condition_type,
             &mut ops,
         )?;
@@ -59,7 +65,7 @@ pub(crate) fn restoring_patch(
             &mut work,
             &list.path,
             old_status,
-            &violated,
+            (&violated, changed),
             |entry| list.key_of(entry),
             &mut ops,
         )?;
@@ -75,7 +81,7 @@ fn restore_list<'v>(
     work: &mut Value,
     list_path: &FieldPath,
     old_status: Option<&'v Value>,
-    violated: &BTreeSet<&str>,
+    (violated, changed): (&BTreeSet<&str>, &ChangedGroups),
     key_of: impl Fn(&Value) -> Option<&str>,
     ops: &mut Vec<PatchOperation>,
 ) -> Result<(), PatchError> {
@@ -86,7 +92,12 @@ fn restore_list<'v>(
         .unwrap_or_default();
     let current_list = list_path.get(work.get("status")).and_then(Value::as_array);
     let current = current_list.map(Vec::as_slice).unwrap_or_default();
-    let restore_list = ListRestore::of(current, old_items, violated, &key_of);
+    // The unbuilt items of groups proven changed, by their index.
+    let unbuilt: BTreeMap<usize, (&str, bool)> = changed
+        .in_list(list_path)
+        .flat_map(|(key, group)| group.new_items.iter().map(move |&(at, same)| (at, (key, same))))
+        .collect();
+    let restore_list = ListRestore::of(current, old_items, violated, &key_of, &unbuilt);
     match current_list {
         // An item at a time where the list is there to patch and stays a
         // list: the patch holds only the restored items. They are not
@@ -121,11 +132,14 @@ struct ListRestore<'v> {
 }
 
 impl<'v> ListRestore<'v> {
+    /// `unbuilt` are the items of `new` left unbuilt, by index: their key,
+    /// and whether each is the same as the old item it pairs with.
     fn of(
         new: &[Value],
         old: &'v [Value],
         violated: &BTreeSet<&str>,
         key_of: &impl Fn(&Value) -> Option<&str>,
+        unbuilt: &BTreeMap<usize, (&str, bool)>,
     ) -> Self {
         let mut old_by_type: BTreeMap<&str, VecDeque<&Value>> = BTreeMap::new();
         for item in old {
@@ -135,11 +149,15 @@ impl<'v> ListRestore<'v> {
         }
         let (mut replaced, mut removed) = (Vec::new(), Vec::new());
         for (index, item) in new.iter().enumerate() {
-            let Some(ty) = key_of(item).filter(|t| violated.contains(t)) else {
+            let (key, same) = match unbuilt.get(&index) {
+                Some(&(key, same)) => (Some(key), Some(same)),
+                None => (key_of(item), None),
+            };
+            let Some(ty) = key.filter(|t| violated.contains(t)) else {
                 continue;
             };
             match old_by_type.get_mut(ty).and_then(VecDeque::pop_front) {
-                Some(previous) if same_value(Some(previous), Some(item)) => {}
+                Some(previous) if same.unwrap_or_else(|| same_value(Some(previous), Some(item))) => {}
                 Some(previous) => replaced.push((index, previous)),
                 None => removed.push(index),
             }
@@ -252,7 +270,7 @@ mod tests {
             item("Ready", "extra"),
         ];
         let violated: BTreeSet<&str> = ["Ready", "Added", "Gone"].into();
-        let restore = ListRestore::of(&new, &old, &violated, &condition_type);
+        let restore = ListRestore::of(&new, &old, &violated, &condition_type, &BTreeMap::new());
         let path = FieldPath::parse("conditions").unwrap();
         let mut object = json!({"status": {"conditions": new.clone()}});
         let ops: Vec<PatchOperation> = restore.operations(&path).collect();

@@ -701,7 +701,7 @@ fn only_own_changes(writer: &str, old: &Value, new: &Value) -> Value {
     let r = rules("trim");
     let widgets = r.resource("example.com", "widgets").unwrap();
     let violations = find_violations(widgets, writer, Some(old), Some(new));
-    let patch = restoring_patch(widgets, &violations, Some(old), Some(new)).unwrap();
+    let patch = restoring_patch(widgets, &violations, Some(old), Some(new), &Default::default()).unwrap();
     let mut fixed = json!({"status": new});
     json_patch::patch(&mut fixed, &patch).unwrap();
     fixed["status"].take()
@@ -824,7 +824,7 @@ proptest! {
             let mutated = status_decision(mode, writer, old.clone(), new.clone(), Endpoint::Mutate);
             prop_assert_eq!(&mutated.violations, &expected);
             let trimmed = match &mutated.response.patch { Some(p) => apply(&new, p), None => new.clone() };
-            let patch = restoring_patch(widgets, &expected, Some(&old), Some(&new)).unwrap();
+            let patch = restoring_patch(widgets, &expected, Some(&old), Some(&new), &Default::default()).unwrap();
             let mut full = json!({"status": new});
             json_patch::patch(&mut full, &patch).unwrap();
             prop_assert_eq!(&trimmed, &full["status"]);
@@ -957,7 +957,7 @@ fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
             keep_text: false,
-            prove: false,
+            proofs: crate::admission::project::Proofs::Off,
             writer: r.writer_position(head.user_info.name()),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
@@ -1428,16 +1428,16 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     let stale = std::fs::read(examples.join("gateway-route-stale-review.json")).unwrap();
     let rules = |mode: &str| Ownership::from_yaml(&text.replace("mode: enforce", &format!("mode: {mode}"))).unwrap();
     let trim = rules("trim");
-    let plan = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Validate) {
+    let naming = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Validate) {
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
             keep_text: false,
             writer: r.writer_position(head.user_info.name()),
-            prove: true,
+            proofs: crate::admission::project::Proofs::Names,
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
-    let (_, statuses) = one_pass::read(&stale, plan).unwrap();
+    let (_, statuses) = one_pass::read(&stale, naming).unwrap();
     let statuses = statuses.unwrap();
     let parents = crate::ownership::FieldPath::parse("parents").unwrap();
     assert_eq!(
@@ -1456,6 +1456,50 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     let proven = violations(Endpoint::Validate);
     assert_eq!(proven.len(), 1);
     assert_eq!(proven, violations(Endpoint::Mutate));
+    // The trim, from the old entries alone (one of the 16 written back as
+    // stored, so left alone), is the patch made from the whole statuses.
+    let mut review: Value = serde_json::from_slice(&stale).unwrap();
+    let first = (review["request"]["oldObject"]["status"]["parents"].as_array().unwrap())
+        .iter()
+        .position(|e| e["controllerName"] == "istio.io/gateway-controller")
+        .unwrap();
+    review["request"]["object"]["status"]["parents"][first] =
+        review["request"]["oldObject"]["status"]["parents"][first].clone();
+    let body = member_order::write(&review, &mut |members| {
+        members.sort_by_key(|(k, _)| member_order::REQUEST_ORDER.iter().position(|r| r == k));
+    });
+    let restoring = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Mutate) {
+        Plan::Read(r) => Some(Reading {
+            paths: &r.read_paths,
+            keep_text: false,
+            writer: r.writer_position(head.user_info.name()),
+            proofs: crate::admission::project::Proofs::Restore,
+        }),
+        Plan::Answer(_) | Plan::Refuse(_) => None,
+    };
+    let statuses = one_pass::read(&body, restoring).unwrap().1.unwrap();
+    let groups: Vec<_> = statuses.changed.in_list(&parents).collect();
+    assert_eq!(groups.len(), 1, "proven changed for the restore too");
+    let same: Vec<bool> = groups[0].1.new_items.iter().map(|&(_, same)| same).collect();
+    assert_eq!(same.iter().filter(|s| **s).count(), 1);
+    assert!(
+        entries(&statuses.new).as_array().unwrap().iter().all(Value::is_null),
+        "no new entry is built"
+    );
+    let (request, trimmed) = read_and_decide(&trim, &body, Endpoint::Mutate).unwrap();
+    let patch = trimmed.unwrap().response.patch.unwrap();
+    let status = |object: &str| review["request"][object]["status"].clone();
+    let whole = decide(
+        &trim,
+        &request.head(),
+        Endpoint::Mutate,
+        Some(Some(&status("oldObject"))),
+        Some(Some(&status("object"))),
+    )
+    .unwrap();
+    assert_eq!(patch, whole.response.patch.unwrap());
+    let ops: Vec<Value> = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(ops.len(), 15, "the entry written back as stored is left alone");
     // The same stale copy, but the other implementation's entries written
     // back as they are stored, in other text: each condition's members in
     // the other order, absent members as null. Allowed, as building and
