@@ -23,7 +23,7 @@ use super::trim::restoring_patch;
 use super::wire::RequestHead;
 use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation, condition_type, same_value};
 use crate::value_budget::REVIEW_VALUE_BUDGET;
-use compare::{grouped, of_type, same_items};
+use compare::changed_keys;
 
 /// Which webhook endpoint asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -375,29 +375,21 @@ fn violations_in(
             }
         }
     }
-    // Items by type, once.
-    let (old_by_type, new_by_type) = (
-        grouped(rules.conditions(old_status), condition_type),
-        grouped(rules.conditions(new_status), condition_type),
-    );
     // Each type once: a type in both statuses is compared once, not twice.
-    let types: BTreeSet<&str> = old_by_type
-        .keys()
-        .chain(new_by_type.keys())
-        .copied()
-        .chain(changed.of(&rules.conditions_path))
-        .collect();
+    let others = |w: usize| rules.writers[w].username != writer;
+    let types = changed_keys(
+        (rules.conditions(old_status), rules.conditions(new_status)),
+        condition_type,
+        changed.of(&rules.conditions_path),
+        |ty| rules.owners.by_condition_type.get(ty).is_some_and(|&w| others(w)),
+    );
     for ty in types {
-        let Some(&w) = rules.owners.by_condition_type.get(ty) else {
-            continue;
-        };
-        let owner = &rules.writers[w];
-        let differs = || {
-            changed.contains(&rules.conditions_path, ty)
-                || !same_items(of_type(&old_by_type, ty), of_type(&new_by_type, ty))
-        };
-        if owner.username != writer && differs() {
-            let position = owner.conditions.iter().position(|c| c == ty).unwrap_or_default();
+        if let Some(&w) = rules.owners.by_condition_type.get(ty) {
+            let position = rules.writers[w]
+                .conditions
+                .iter()
+                .position(|c| c == ty)
+                .unwrap_or_default();
             found.insert((w, 1, position, 0));
         }
     }
@@ -407,25 +399,14 @@ fn violations_in(
         let Some(owners) = rules.owners.by_entry_key.get(l).filter(|o| !o.is_empty()) else {
             continue;
         };
-        let (old_by_key, new_by_key) = (
-            grouped(list.entries(old_status), |entry| list.key_of(entry)),
-            grouped(list.entries(new_status), |entry| list.key_of(entry)),
+        let values = changed_keys(
+            (list.entries(old_status), list.entries(new_status)),
+            |entry| list.key_of(entry),
+            changed.of(&list.path),
+            |value| owners.get(value).is_some_and(|&(w, _)| others(w)),
         );
-        let values: BTreeSet<&str> = old_by_key
-            .keys()
-            .chain(new_by_key.keys())
-            .copied()
-            .chain(changed.of(&list.path))
-            .collect();
         for value in values {
-            let Some(&(w, v)) = owners.get(value) else {
-                continue;
-            };
-            let differs = || {
-                changed.contains(&list.path, value)
-                    || !same_items(of_type(&old_by_key, value), of_type(&new_by_key, value))
-            };
-            if rules.writers[w].username != writer && differs() {
+            if let Some(&(w, v)) = owners.get(value) {
                 found.insert((w, 2, l, v));
             }
         }

@@ -52,11 +52,6 @@ impl ChangedGroups {
         self.in_list(list).map(|(key, _)| key)
     }
 
-    /// Whether the items of `key` in the list at `list` were proven changed.
-    pub(crate) fn contains(&self, list: &FieldPath, key: &str) -> bool {
-        self.0.get(list.segments()).is_some_and(|keys| keys.contains_key(key))
-    }
-
     /// The groups proven changed in the list at `list`.
     pub(crate) fn in_list(&self, list: &FieldPath) -> impl Iterator<Item = (&str, &ChangedGroup)> {
         self.0
@@ -922,7 +917,6 @@ mod tests {
         let ((proven, proven_spent), (built, built_spent)) = (realized(Proofs::Names), realized(Proofs::Off));
         // Ready changed its value, Gone its number of items: proven, unbuilt.
         assert_eq!(proven.changed.of(&conditions).collect::<Vec<_>>(), ["Gone", "Ready"]);
-        assert!(proven.changed.contains(&conditions, "Ready") && !proven.changed.contains(&conditions, "Scaled"));
         assert_eq!(
             proven.old,
             Some(Some(json!({"conditions": [

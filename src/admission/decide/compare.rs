@@ -1,7 +1,7 @@
 //! Lists compared as multisets of items grouped by a key (a condition's
 //! type, a keyed entry's key value), in `n log n`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -24,6 +24,32 @@ pub(in crate::admission) fn grouped<'v>(
         }
     }
     map
+}
+
+/// The key values of the items of two lists (`key_of`: a condition's
+/// type, an entry's key value) that `wanted` asks about and whose items
+/// changed: proven changed (`proven`: left out of both lists, see
+/// `ChangedGroups`), or different as multisets. Each key value once, in
+/// order.
+pub(in crate::admission) fn changed_keys<'a>(
+    (old, new): (&'a [Value], &'a [Value]),
+    key_of: impl Fn(&'a Value) -> Option<&'a str>,
+    proven: impl Iterator<Item = &'a str>,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<&'a str> {
+    let (old_by_key, new_by_key) = (grouped(old, &key_of), grouped(new, &key_of));
+    let proven: BTreeSet<&str> = proven.collect();
+    let keys: BTreeSet<&str> = old_by_key
+        .keys()
+        .chain(new_by_key.keys())
+        .chain(proven.iter())
+        .copied()
+        .collect();
+    keys.into_iter()
+        .filter(|key| {
+            wanted(key) && (proven.contains(key) || !same_items(of_type(&old_by_key, key), of_type(&new_by_key, key)))
+        })
+        .collect()
 }
 
 /// Equal as multisets under [`same_value`]: the order of the conditions

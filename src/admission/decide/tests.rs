@@ -4,8 +4,10 @@ use serde_json::{Value, json};
 use super::*;
 #[path = "../../../fuzz/common/member_order.rs"]
 mod member_order;
+use super::compare::same_items;
 use crate::admission::answer::{decide_request, read_and_decide};
 use crate::admission::one_pass::{self, Reading};
+use crate::admission::project::Proofs;
 use crate::admission::trim::restoring_patch;
 use crate::admission::wire::{RequestHead, ReviewError, ReviewRequest, encode_response, parse_request};
 use crate::test_support::{json_value, with_null_members};
@@ -950,18 +952,27 @@ fn answered(read: Result<(ReviewRequest<'_>, Result<Decision, DecisionError>), R
     }
 }
 
-#[test]
-fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to_two_passes() {
-    let rules = rules("enforce");
-    let plan = |head: &RequestHead<'_>| match plan(&rules, head, Endpoint::Validate) {
+/// How the single pass is told to read a review for `endpoint`, with `proofs`.
+fn reading<'r>(
+    rules: &'r Ownership,
+    endpoint: Endpoint,
+    proofs: Proofs,
+) -> impl Fn(&RequestHead<'_>) -> Option<Reading<'r>> + Copy + 'r {
+    move |head| match plan(rules, head, endpoint) {
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
             keep_text: false,
-            proofs: crate::admission::project::Proofs::Off,
             writer: r.writer_position(head.user_info.name()),
+            proofs,
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
-    };
+    }
+}
+
+#[test]
+fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to_two_passes() {
+    let rules = rules("enforce");
+    let plan = reading(&rules, Endpoint::Validate, Proofs::Off);
     let (old, new) = stale();
     let review = review(SCALER, old, new);
     let (_, statuses) = one_pass::read(&in_api_server_order(&review), plan).unwrap();
@@ -1428,16 +1439,7 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     let stale = std::fs::read(examples.join("gateway-route-stale-review.json")).unwrap();
     let rules = |mode: &str| Ownership::from_yaml(&text.replace("mode: enforce", &format!("mode: {mode}"))).unwrap();
     let trim = rules("trim");
-    let naming = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Validate) {
-        Plan::Read(r) => Some(Reading {
-            paths: &r.read_paths,
-            keep_text: false,
-            writer: r.writer_position(head.user_info.name()),
-            proofs: crate::admission::project::Proofs::Names,
-        }),
-        Plan::Answer(_) | Plan::Refuse(_) => None,
-    };
-    let (_, statuses) = one_pass::read(&stale, naming).unwrap();
+    let (_, statuses) = one_pass::read(&stale, reading(&trim, Endpoint::Validate, Proofs::Names)).unwrap();
     let statuses = statuses.unwrap();
     let parents = crate::ownership::FieldPath::parse("parents").unwrap();
     assert_eq!(
@@ -1468,16 +1470,10 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     let body = member_order::write(&review, &mut |members| {
         members.sort_by_key(|(k, _)| member_order::REQUEST_ORDER.iter().position(|r| r == k));
     });
-    let restoring = |head: &RequestHead<'_>| match plan(&trim, head, Endpoint::Mutate) {
-        Plan::Read(r) => Some(Reading {
-            paths: &r.read_paths,
-            keep_text: false,
-            writer: r.writer_position(head.user_info.name()),
-            proofs: crate::admission::project::Proofs::Restore,
-        }),
-        Plan::Answer(_) | Plan::Refuse(_) => None,
-    };
-    let statuses = one_pass::read(&body, restoring).unwrap().1.unwrap();
+    let statuses = one_pass::read(&body, reading(&trim, Endpoint::Mutate, Proofs::Restore))
+        .unwrap()
+        .1
+        .unwrap();
     let groups: Vec<_> = statuses.changed.in_list(&parents).collect();
     assert_eq!(groups.len(), 1, "proven changed for the restore too");
     let same: Vec<bool> = groups[0].1.new_items.iter().map(|&(_, same)| same).collect();
