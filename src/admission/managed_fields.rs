@@ -217,22 +217,34 @@ pub(crate) const APPLY_ADVICE: &str = ". This is statusguard's ownership rule, n
      (leave the others out of the applied configuration), or write with a merge patch guarded by the resourceVersion";
 
 /// Adds the operation that stores `managed` as `metadata.managedFields` to
-/// the response's patch.
+/// the response's patch. The patch, a JSON array the trim wrote, gets the
+/// operation appended to its text: its restored items are not read back
+/// and written again.
 pub(crate) fn add_to_patch(response: &mut AdmissionResponse, managed: Value) -> Result<(), ManagedFieldsError> {
-    let mut patch: Patch = match &response.patch {
-        Some(bytes) => serde_json::from_slice(bytes).map_err(|e| ManagedFieldsError(e.to_string()))?,
-        None => Patch(Vec::new()),
-    };
-    patch.0.push(PatchOperation::Add(AddOperation {
+    let op = PatchOperation::Add(AddOperation {
         path: PointerBuf::from_tokens(["metadata", "managedFields"]),
         value: managed,
-    }));
-    let with_patch = response
-        .clone()
-        .with_patch(patch)
-        .map_err(|e| ManagedFieldsError(e.to_string()))?;
-    *response = with_patch;
-    Ok(())
+    });
+    let encoding = |e: serde_json::Error| ManagedFieldsError(e.to_string());
+    match response.patch.as_mut() {
+        Some(bytes) if bytes.last() == Some(&b']') => {
+            bytes.pop();
+            if bytes.iter().rev().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
+                bytes.push(b',');
+            }
+            serde_json::to_writer(&mut *bytes, &op).map_err(encoding)?;
+            bytes.push(b']');
+            Ok(())
+        }
+        Some(_) => Err(ManagedFieldsError("the restoring patch is not a JSON array".to_owned())),
+        None => {
+            *response = response
+                .clone()
+                .with_patch(Patch(vec![op]))
+                .map_err(|e| ManagedFieldsError(e.to_string()))?;
+            Ok(())
+        }
+    }
 }
 
 /// Whether the write is a server-side apply by `field_manager`: its Apply
@@ -281,6 +293,37 @@ mod tests {
         json!({"manager": manager, "operation": operation, "apiVersion": "example.com/v1",
                "time": "2026-12-03T10:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
                "fieldsV1": fields})
+    }
+
+    /// The managedFields operation is appended to the patch's text, which
+    /// then reads as the restoring operations followed by it.
+    #[test]
+    fn the_managed_fields_operation_follows_the_restoring_ones() {
+        let managed = json!([entry("owner", "Update", json!({}))]);
+        let add = json!({"op": "add", "path": "/metadata/managedFields", "value": managed});
+        let restoring = json!([{"op": "replace", "path": "/status/replicas", "value": 3},
+                               {"op": "remove", "path": "/status/conditions/1"}]);
+        for (patch, expected) in [
+            (Some(restoring.clone()), {
+                let mut ops = restoring.as_array().unwrap().clone();
+                ops.push(add.clone());
+                Value::Array(ops)
+            }),
+            (Some(json!([])), json!([add.clone()])),
+            (None, json!([add.clone()])),
+        ] {
+            let mut response = AdmissionResponse::invalid("");
+            response.allowed = true;
+            if let Some(patch) = patch {
+                response = response.with_patch(serde_json::from_value(patch).unwrap()).unwrap();
+            }
+            add_to_patch(&mut response, managed.clone()).unwrap();
+            let sent: Value = serde_json::from_slice(response.patch.as_deref().unwrap()).unwrap();
+            assert_eq!(sent, expected);
+        }
+        let mut broken = AdmissionResponse::invalid("");
+        broken.patch = Some(b"{}".to_vec());
+        assert!(add_to_patch(&mut broken, managed).is_err());
     }
 
     /// A forced apply took a scalar and a condition from their owner (its

@@ -34,7 +34,7 @@ pub(crate) struct ProjectedStatuses {
 /// status (and in the old one, unless asked to restore them): by the path
 /// of their list below the status, and their key values.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ChangedGroups(BTreeMap<Vec<String>, BTreeMap<String, ChangedGroup>>);
+pub(crate) struct ChangedGroups(BTreeMap<Vec<String>, BTreeMap<String, ChangedGroup>>);
 
 /// Where a changed group's items are in the new list, for a restore.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
