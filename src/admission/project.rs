@@ -351,12 +351,19 @@ fn pair(
                 Some(p) => {
                     let mut proven = proven_changed(o, n, &unchanged, p.restore);
                     if !proven.is_empty() {
-                        // Where the new items of each group are.
+                        // Where the new items of each group are: the next
+                        // of its slots, in one walk of the list.
+                        let mut filled: BTreeMap<&str, usize> = BTreeMap::new();
                         for (index, item) in n.iter().enumerate() {
-                            if let Some(group) = item.as_ref().and_then(|i| proven.get_mut(i.key.as_ref()))
-                                && let Some(at) = group.new_items.iter_mut().find(|(at, _)| *at == usize::MAX)
-                            {
-                                at.0 = index;
+                            let Some(key) = item.as_ref().map(|i| i.key.as_ref()) else {
+                                continue;
+                            };
+                            if let Some(group) = proven.get_mut(key) {
+                                let slot = filled.entry(key).or_default();
+                                if let Some(at) = group.new_items.get_mut(*slot) {
+                                    at.0 = index;
+                                }
+                                *slot += 1;
                             }
                         }
                         let groups = p.changed.0.entry(p.path.clone()).or_default();
