@@ -19,8 +19,9 @@
 //! different multisets of it also prove the items changed, for a scan of
 //! each item up to that place.
 //!
-//! Nothing is built, so nothing is spent of the review's budget but the
-//! key hashes of an object too large to keep in place.
+//! Nothing is built and nothing is allocated but a path's steps: nothing
+//! is spent of the review's budget. Every item is read a bounded number of
+//! times (a path is at most [`MAX_STEPS`] deep).
 //!
 //! [`same_value`]: crate::ownership::same_value
 
@@ -35,7 +36,6 @@ use smallvec::SmallVec;
 
 use super::cursor::{Cursor, Unread};
 use super::project::{Depth, ItemMembers};
-use crate::value_budget::ValueBudget;
 
 /// A value's fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +97,10 @@ struct Members {
     keys: SmallVec<[u64; IN_PLACE]>,
 }
 
-/// Key hashes kept in place, for an object of a condition's size: no
-/// allocation.
-const IN_PLACE: usize = 16;
+/// The key hashes an object's fingerprint keeps, in place (a condition has
+/// about six keys). An object with more is unsure: nothing is allocated to
+/// tell whether a key came twice, and it is built and compared instead.
+const IN_PLACE: usize = 32;
 
 impl Members {
     fn new() -> Self {
@@ -110,19 +111,17 @@ impl Members {
         }
     }
 
-    /// Adds a member; the key hashes of a large object are held on the
-    /// heap, spent from the review's budget.
-    fn add<E: serde::de::Error>(&mut self, key: &str, value: Fingerprint) -> Result<(), E> {
-        if self.keys.len() >= IN_PLACE {
-            ValueBudget::spend::<E>(2 * std::mem::size_of::<u64>())?;
-        }
+    fn add(&mut self, key: &str, value: Fingerprint) {
         let key = STATE.hash_one(key);
-        self.keys.push(key);
+        if self.keys.len() < IN_PLACE {
+            self.keys.push(key);
+        } else {
+            self.sure = false;
+        }
         self.sure &= value.sure;
         if !value.is_null {
             self.sum = self.sum.wrapping_add(mix(key, value.hash));
         }
-        Ok(())
     }
 
     fn finish(mut self) -> Fingerprint {
@@ -153,7 +152,7 @@ pub(crate) fn of_members<'m, 'de: 'm>(
 ) -> Result<Fingerprint, serde_json::Error> {
     let mut object = Members::new();
     for (key, raw) in members {
-        object.add::<serde_json::Error>(key, of_text(raw.get(), depth)?)?;
+        object.add(key, of_text(raw.get(), depth)?);
     }
     Ok(object.finish())
 }
@@ -232,7 +231,7 @@ impl<'de> Visitor<'de> for Printer {
         let mut object = Members::new();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let value = map.next_value_seed(self)?;
-            object.add::<A::Error>(&key, value)?;
+            object.add(&key, value);
         }
         Ok(object.finish())
     }
@@ -267,10 +266,18 @@ pub(crate) fn first_difference<'t>(a: &ItemMembers<'t>, b: &ItemMembers<'_>) -> 
     Some(path)
 }
 
+/// The deepest a path goes below an item's member. Each step reads the
+/// value it enters once more, so a path costs at most this many reads of
+/// the member; a shorter path is as sound, only less often a proof.
+pub(crate) const MAX_STEPS: usize = 8;
+
 /// Extends `path` into the value at `cursor` as deep as a value's text
 /// holds byte `offset` (of the text the cursor walks). Stops reading as
 /// soon as it has passed that value.
 fn path_to<'t>(cursor: &mut Cursor<'t>, offset: usize, path: &mut Vec<Step<'t>>) -> Result<(), Unread> {
+    if path.len() > MAX_STEPS {
+        return Ok(());
+    }
     let into = |cursor: &mut Cursor<'t>, step: Step<'t>, path: &mut Vec<Step<'t>>| {
         let start = cursor.start();
         let text = cursor.skip()?;
@@ -536,6 +543,27 @@ mod tests {
         assert_eq!(probe(&[("c", "{}")]), Some(NOT_A_LIST));
         assert_eq!(probe(&[]), Some(NOT_A_LIST));
         assert_eq!(probe(&[("c", "null")]), Some(NOT_A_LIST));
+    }
+
+    #[test]
+    fn an_object_of_more_keys_than_kept_in_place_is_unsure() {
+        let object = |keys: usize| {
+            let members: Vec<String> = (0..keys).map(|k| format!(r#""k{k}":{k}"#)).collect();
+            format!("{{{}}}", members.join(","))
+        };
+        assert!(print(&object(IN_PLACE)).sure);
+        assert!(!print(&object(IN_PLACE + 1)).sure);
+    }
+
+    #[test]
+    fn a_path_goes_at_most_max_steps_deep_and_still_proves() {
+        let nested = |leaf: u32| format!("{}{leaf}{}", "[".repeat(20), "]".repeat(20));
+        let old = members(&[("m", nested(1))]);
+        let new = members(&[("m", nested(2))]);
+        let (old, new) = (borrowed(&old), borrowed(&new));
+        let path = first_difference(&old, &new).unwrap();
+        assert_eq!(path.len(), 1 + MAX_STEPS);
+        assert_ne!(at_path(&old, &path), at_path(&new, &path));
     }
 
     #[test]
