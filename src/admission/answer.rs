@@ -267,14 +267,7 @@ fn read_and_decide_observing<'b>(
     };
     if let Some((request, statuses)) = one_pass::read(body, reading) {
         let decided = match &statuses {
-            Some(statuses) => decide_projected(
-                rules,
-                &request.head(),
-                endpoint,
-                statuses.old.as_ref().map(Option::as_ref),
-                statuses.new.as_ref().map(Option::as_ref),
-                &statuses.changed,
-            ),
+            Some(statuses) => decide_projected(rules, &request.head(), endpoint, statuses),
             None => decide_request(rules, &request, endpoint),
         };
         return Ok((request, decided));
@@ -347,14 +340,7 @@ fn project_and_decide(
         Side::Old => decision_error("oldObject", e),
         Side::New => decision_error("object", e),
     })?;
-    let decided = decide_projected(
-        rules,
-        &head,
-        endpoint,
-        statuses.old.as_ref().map(Option::as_ref),
-        statuses.new.as_ref().map(Option::as_ref),
-        &statuses.changed,
-    );
+    let decided = decide_projected(rules, &head, endpoint, &statuses);
     // Projections made on the unbounded path may be nested as deep as the
     // API server allows: dropped without recursion, whatever the stack.
     // (A bounded projection is at most serde_json's 128 levels deep.)

@@ -18,7 +18,7 @@ use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
 use serde_json::Value;
 
-use super::project::ChangedGroups;
+use super::project::{ChangedGroups, ProjectedStatuses};
 use super::trim::restoring_patch;
 use super::wire::RequestHead;
 use crate::ownership::{Item, Mode, Ownership, ResourceRules, Violation, condition_type, same_value};
@@ -239,18 +239,30 @@ pub fn decide(
     old: Option<Option<&Value>>,
     new: Option<Option<&Value>>,
 ) -> Result<Decision, DecisionError> {
-    decide_projected(rules, head, endpoint, old, new, &ChangedGroups::default())
+    decide_statuses(rules, head, endpoint, (old, new), &ChangedGroups::default())
 }
 
 /// [`decide`] on statuses as [`realize`](super::project::realize) projects
-/// them: the groups of items it proved changed (`changed`) are left out of
-/// both statuses, and count as changed.
+/// them: the groups of items it proved changed are left out of both
+/// statuses, and count as changed.
 pub(crate) fn decide_projected(
     rules: &Ownership,
     head: &RequestHead<'_>,
     endpoint: Endpoint,
-    old: Option<Option<&Value>>,
-    new: Option<Option<&Value>>,
+    statuses: &ProjectedStatuses,
+) -> Result<Decision, DecisionError> {
+    let both = (
+        statuses.old.as_ref().map(Option::as_ref),
+        statuses.new.as_ref().map(Option::as_ref),
+    );
+    decide_statuses(rules, head, endpoint, both, &statuses.changed)
+}
+
+fn decide_statuses(
+    rules: &Ownership,
+    head: &RequestHead<'_>,
+    endpoint: Endpoint,
+    (old, new): (Option<Option<&Value>>, Option<Option<&Value>>),
     changed: &ChangedGroups,
 ) -> Result<Decision, DecisionError> {
     let writer = head.user_info.name();

@@ -35,7 +35,7 @@ use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
 use super::cursor::{Cursor, Unread};
-use super::project::{Depth, ItemMembers};
+use super::project::ItemMembers;
 
 /// A value's fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,16 +63,15 @@ const FLOAT: u64 = 6;
 const STRING: u64 = 7;
 const LIST: u64 = 8;
 const OBJECT: u64 = 9;
-
-fn mix(a: u64, b: u64) -> u64 {
-    STATE.hash_one((a, b))
-}
-
 // Where a path leads nowhere: through a value that is not an object, not
 // a list, or past a list's end.
 const NOT_AN_OBJECT: u64 = 10;
 const NOT_A_LIST: u64 = 11;
 const PAST_THE_END: u64 = 12;
+
+fn mix(a: u64, b: u64) -> u64 {
+    STATE.hash_one((a, b))
+}
 
 const NULL_VALUE: Fingerprint = Fingerprint {
     hash: NULL,
@@ -135,24 +134,21 @@ impl Members {
     }
 }
 
-/// The fingerprint of the JSON text `text`, parsed as `depth` allows.
-pub(crate) fn of_text(text: &str, depth: Depth) -> Result<Fingerprint, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    if depth == Depth::Unbounded {
-        deserializer.disable_recursion_limit();
-    }
-    Printer.deserialize(&mut deserializer)
+/// The fingerprint of the JSON text `text`. It is read within serde_json's
+/// nesting limit: a deeper value is an error, and its items are built and
+/// compared (on the stack sized for them) instead.
+pub(crate) fn of_text(text: &str) -> Result<Fingerprint, serde_json::Error> {
+    Printer.deserialize(&mut serde_json::Deserializer::from_str(text))
 }
 
 /// The fingerprint of an object given as its members' keys and text (an
 /// item of a list read item by item), as the object built from them.
 pub(crate) fn of_members<'m, 'de: 'm>(
     members: impl IntoIterator<Item = &'m (Cow<'de, str>, &'de RawValue)>,
-    depth: Depth,
 ) -> Result<Fingerprint, serde_json::Error> {
     let mut object = Members::new();
     for (key, raw) in members {
-        object.add(key, of_text(raw.get(), depth)?);
+        object.add(key, of_text(raw.get())?);
     }
     Ok(object.finish())
 }
@@ -303,7 +299,7 @@ fn path_to<'t>(cursor: &mut Cursor<'t>, offset: usize, path: &mut Vec<Step<'t>>)
 /// path written twice, or a value too deep to read here.
 pub(crate) fn at_path(item: &ItemMembers<'_>, path: &[Step<'_>]) -> Option<u64> {
     let Some((Step::Member(first), rest)) = path.split_first() else {
-        return of_members(item, Depth::Bounded).ok().filter(|p| p.sure).map(|p| p.hash);
+        return of_members(item).ok().filter(|p| p.sure).map(|p| p.hash);
     };
     let mut found = item.iter().filter(|(key, _)| key == first);
     match (found.next(), found.next()) {
@@ -413,7 +409,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn print(text: &str) -> Fingerprint {
-        of_text(text, Depth::Bounded).unwrap()
+        of_text(text).unwrap()
     }
 
     #[test]
@@ -567,10 +563,9 @@ mod tests {
     }
 
     #[test]
-    fn a_deep_value_needs_the_unbounded_parse() {
+    fn a_value_deeper_than_serde_jsons_limit_is_an_error() {
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        assert!(of_text(&deep, Depth::Bounded).is_err());
-        assert!(of_text(&deep, Depth::Unbounded).is_ok());
+        assert!(of_text(&deep).is_err());
     }
 
     #[test]
@@ -582,11 +577,11 @@ mod tests {
             (Cow::Borrowed("a"), &*one),
             (Cow::Borrowed("c"), &*null),
         ];
-        let item = of_members(&members, Depth::Bounded).unwrap();
+        let item = of_members(&members).unwrap();
         let whole = print(r#"{"a":1,"b":{"x":[true]}}"#);
         assert_eq!(item.hash, whole.hash);
         let twice = [(Cow::Borrowed("a"), &*one), (Cow::Borrowed("a"), &*two)];
-        assert!(!of_members(&twice, Depth::Bounded).unwrap().sure);
+        assert!(!of_members(&twice).unwrap().sure);
     }
 
     /// JSON values of every kind, shallow enough to shrink well.

@@ -4,6 +4,7 @@
 //! wire parse kept.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -349,23 +350,8 @@ fn pair(
             let unchanged = unchanged_keys(o, n);
             let (proven, restore) = match proving {
                 Some(p) => {
-                    let mut proven = proven_changed(o, n, &unchanged, p.restore);
+                    let proven = proven_changed(o, n, &unchanged, p.restore);
                     if !proven.is_empty() {
-                        // Where the new items of each group are: the next
-                        // of its slots, in one walk of the list.
-                        let mut filled: BTreeMap<&str, usize> = BTreeMap::new();
-                        for (index, item) in n.iter().enumerate() {
-                            let Some(key) = item.as_ref().map(|i| i.key.as_ref()) else {
-                                continue;
-                            };
-                            if let Some(group) = proven.get_mut(key) {
-                                let slot = filled.entry(key).or_default();
-                                if let Some(at) = group.new_items.get_mut(*slot) {
-                                    at.0 = index;
-                                }
-                                *slot += 1;
-                            }
-                        }
                         let groups = p.changed.0.entry(p.path.clone()).or_default();
                         groups.extend(proven.iter().map(|(k, g)| ((*k).to_owned(), g.clone())));
                     }
@@ -411,8 +397,7 @@ fn pair(
 /// For a `restore`, each new item of a group proven changed is also told
 /// the same as its old counterpart or not (as the restore pairs them: in
 /// order within the group), by its text, or by fingerprints that differ;
-/// a group where that cannot be told is left to be built. Its index in
-/// the new list is left to the caller (`usize::MAX`).
+/// a group where that cannot be told is left to be built.
 ///
 /// [`same_items`]: super::decide::compare::same_items
 fn proven_changed<'a>(
@@ -421,12 +406,17 @@ fn proven_changed<'a>(
     unchanged: &BTreeSet<&str>,
     restore: bool,
 ) -> BTreeMap<&'a str, ChangedGroup> {
-    let mut groups: BTreeMap<&'a str, (Vec<&'a CapturedItem<'_>>, Vec<&'a CapturedItem<'_>>)> = BTreeMap::new();
-    for item in old.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
+    // By key value: the old items, and the new ones with their index.
+    type Group<'a, 'de> = (Vec<&'a CapturedItem<'de>>, Vec<(usize, &'a CapturedItem<'de>)>);
+    let mut groups: BTreeMap<&'a str, Group<'a, '_>> = BTreeMap::new();
+    let changed = |item: &&CapturedItem<'_>| !unchanged.contains(item.key.as_ref());
+    for item in old.iter().flatten().filter(changed) {
         groups.entry(item.key.as_ref()).or_default().0.push(item);
     }
-    for item in new.iter().flatten().filter(|i| !unchanged.contains(i.key.as_ref())) {
-        groups.entry(item.key.as_ref()).or_default().1.push(item);
+    for (index, item) in new.iter().enumerate() {
+        if let Some(item) = item.as_ref().filter(changed) {
+            groups.entry(item.key.as_ref()).or_default().1.push((index, item));
+        }
     }
     groups
         .into_iter()
@@ -435,47 +425,67 @@ fn proven_changed<'a>(
             let path = o
                 .iter()
                 .zip(&n)
-                .find_map(|(a, b)| fingerprint::first_difference(&a.members, &b.members))
+                .find_map(|(a, (_, b))| fingerprint::first_difference(&a.members, &b.members))
                 .unwrap_or_default();
-            let at_path = |item: &CapturedItem<'_>| fingerprint::at_path(&item.members, &path);
-            let whole = |item: &CapturedItem<'_>| fingerprint::at_path(&item.members, &[]);
-            let differ = |print: &dyn Fn(&CapturedItem<'_>) -> Option<u64>| {
-                let (Some(mut a), Some(mut b)) = (
-                    o.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
-                    n.iter().map(|i| print(i)).collect::<Option<Vec<u64>>>(),
-                ) else {
-                    return false;
-                };
-                a.sort_unstable();
-                b.sort_unstable();
-                a != b
-            };
-            let proven = o.len() != n.len() || (!path.is_empty() && differ(&at_path)) || differ(&whole);
+            // Each proof's fingerprints, taken once, when first asked for.
+            let at_path = OnceCell::new();
+            let at_path = || at_path.get_or_init(|| Prints::of(&o, &n, |i| fingerprint::at_path(&i.members, &path)));
+            let whole = OnceCell::new();
+            let whole = || whole.get_or_init(|| Prints::of(&o, &n, |i| fingerprint::at_path(&i.members, &[])));
+            let proven = o.len() != n.len() || (!path.is_empty() && at_path().differ()) || whole().differ();
             if !proven {
                 return None;
             }
             let mut group = ChangedGroup::default();
             if restore {
-                for (i, item) in n.iter().enumerate() {
+                for (i, &(index, item)) in n.iter().enumerate() {
                     let same = match o.get(i) {
                         None => false,
                         Some(previous) if previous.same_text(item) => true,
-                        Some(previous) => {
-                            let told = |print: &dyn Fn(&CapturedItem<'_>) -> Option<u64>| {
-                                matches!((print(previous), print(item)), (Some(a), Some(b)) if a != b)
-                            };
-                            if !(told(&at_path) || told(&whole)) {
-                                return None;
-                            }
-                            false
-                        }
+                        Some(_) if (!path.is_empty() && at_path().tell(i)) || whole().tell(i) => false,
+                        Some(_) => return None,
                     };
-                    group.new_items.push((usize::MAX, same));
+                    group.new_items.push((index, same));
                 }
             }
             Some((key, group))
         })
         .collect()
+}
+
+/// The fingerprints of a group's old and new items by one proof, in order
+/// (`None`: unsure).
+struct Prints {
+    old: Vec<Option<u64>>,
+    new: Vec<Option<u64>>,
+}
+
+impl Prints {
+    fn of(
+        old: &[&CapturedItem<'_>],
+        new: &[(usize, &CapturedItem<'_>)],
+        print: impl Fn(&CapturedItem<'_>) -> Option<u64>,
+    ) -> Self {
+        Self {
+            old: old.iter().map(|item| print(item)).collect(),
+            new: new.iter().map(|(_, item)| print(item)).collect(),
+        }
+    }
+
+    /// Whether they prove the items changed: all sure, and different as multisets.
+    fn differ(&self) -> bool {
+        let sorted = |prints: &[Option<u64>]| {
+            let mut sorted = prints.iter().copied().collect::<Option<Vec<u64>>>()?;
+            sorted.sort_unstable();
+            Some(sorted)
+        };
+        matches!((sorted(&self.old), sorted(&self.new)), (Some(a), Some(b)) if a != b)
+    }
+
+    /// Whether they prove the `i`th new item different from the `i`th old one.
+    fn tell(&self, i: usize) -> bool {
+        matches!((self.old.get(i), self.new.get(i)), (Some(Some(a)), Some(Some(b))) if a != b)
+    }
 }
 
 /// The member `key` of a captured object: the last one, as a parse keeps.
