@@ -218,7 +218,15 @@ pub fn summary(decided: std::result::Result<Decision, DecisionError>) -> String 
     match decided {
         Ok(mut decision) => {
             let body = statusguard::admission::wire::encode_response(&mut decision.response).expect("encodable");
-            let sent: Value = serde_json::from_slice(&body).expect("JSON");
+            let mut sent: Value = serde_json::from_slice(&body).expect("JSON");
+            // The patch as a value: restored items are written as they were
+            // read, so member order and spacing follow the review's text.
+            if let Some(patch) = sent["response"].get_mut("patch") {
+                use base64::Engine as _;
+                let text = patch.as_str().expect("the patch is a string");
+                let bytes = base64::engine::general_purpose::STANDARD.decode(text).expect("base64");
+                *patch = serde_json::from_slice(&bytes).expect("the patch is JSON");
+            }
             format!("{:?} {:?} {sent}", decision.outcome, decision.violations)
         }
         Err(e) => format!("not decided: {e}"),

@@ -334,9 +334,12 @@ fn act(
         (Endpoint::Mutate, _) => {
             let patch = restoring_patch(resource_rules, &violations, old, new, changed)
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
+            // kube sets the patch type only with a patch it encodes itself:
+            // an empty one, replaced by the restoring patch's text.
             let mut response = allow
-                .with_patch(patch)
+                .with_patch(json_patch::Patch(Vec::new()))
                 .map_err(|e| DecisionError::Patch(e.to_string()))?;
+            response.patch = Some(patch);
             response.warnings = Some(violations.iter().map(|v| warning("restored", v)).collect());
             (Outcome::Trimmed, violations, response)
         }

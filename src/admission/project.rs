@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -31,13 +31,14 @@ pub(crate) struct ProjectedStatuses {
 
 /// Groups of items of a list read item by item (the conditions of one
 /// type, the entries of one key value) that [`realize`] proved changed by
-/// their fingerprints (see `fingerprint`) and left unbuilt in the new
-/// status (and in the old one, unless asked to restore them): by the path
-/// of their list below the status, and their key values.
+/// their fingerprints (see `fingerprint`) and left unbuilt in both
+/// statuses: by the path of their list below the status, and their key
+/// values.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ChangedGroups(BTreeMap<Vec<String>, BTreeMap<String, ChangedGroup>>);
 
-/// Where a changed group's items are in the new list, for a restore.
+/// Where a changed group's items are in the new list, and what its old
+/// items were, for a restore.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ChangedGroup {
     /// By position among the group's items in the new list: its index in
@@ -45,6 +46,9 @@ pub(crate) struct ChangedGroup {
     /// the same position among the group's (`false` where there is none).
     /// Empty unless [`Proofs::Restore`].
     pub(crate) new_items: Vec<(usize, bool)>,
+    /// The group's old items, in order, as the JSON text a restore writes
+    /// back (see [`item_text`]). Empty unless [`Proofs::Restore`].
+    pub(crate) old_items: Vec<Vec<u8>>,
 }
 
 impl ChangedGroups {
@@ -83,8 +87,8 @@ pub(crate) enum Proofs {
     /// Which groups changed, for a decision that names them (`/validate`):
     /// neither side of a group proven changed is built.
     Names,
-    /// Which groups changed, and where their new items are, for a restore
-    /// (`/mutate`): the old side of a group proven changed is built.
+    /// Which groups changed, where their new items are, and their old
+    /// items' text, for a restore (`/mutate`): neither side is built.
     Restore,
 }
 
@@ -267,8 +271,8 @@ pub(crate) enum Side {
 ///
 /// With [`Proofs::Names`] or [`Proofs::Restore`], a key value whose items
 /// differ in text is first fingerprinted: where the fingerprints prove the
-/// items changed, its new items are left out unbuilt too (and its old ones,
-/// unless to restore them), and it is named in [`ProjectedStatuses::changed`].
+/// items changed, its items are left out unbuilt too, and it is named in
+/// [`ProjectedStatuses::changed`] (for a restore, with its old items' text).
 pub(crate) fn realize(
     old: Option<Option<Captured<'_>>>,
     new: Option<Option<Captured<'_>>>,
@@ -348,26 +352,32 @@ fn pair(
         }
         (Captured::Items(o), Captured::Items(n)) => {
             let unchanged = unchanged_keys(o, n);
-            let (proven, restore) = match proving {
+            let proven = match proving {
                 Some(p) => {
-                    let proven = proven_changed(o, n, &unchanged, p.restore);
+                    let mut proven = proven_changed(o, n, &unchanged, p.restore);
+                    if p.restore {
+                        // What a restore writes back: the old items' text,
+                        // never built.
+                        for item in o.iter().flatten() {
+                            if let Some(group) = proven.get_mut(item.key.as_ref()) {
+                                group.old_items.push(item_text(item).map_err(|e| (Side::Old, e))?);
+                            }
+                        }
+                    }
                     if !proven.is_empty() {
                         let groups = p.changed.0.entry(p.path.clone()).or_default();
                         groups.extend(proven.iter().map(|(k, g)| ((*k).to_owned(), g.clone())));
                     }
-                    (proven, p.restore)
+                    proven
                 }
-                None => (BTreeMap::new(), false),
+                None => BTreeMap::new(),
             };
             let list = |items: &[Option<CapturedItem<'_>>], side| {
                 let mut built = Vec::with_capacity(items.len());
                 for item in items {
                     built.push(match item {
                         Some(item) if unchanged.contains(item.key.as_ref()) => Value::Null,
-                        // A restore puts back the old items: only they are built.
-                        Some(item) if proven.contains_key(item.key.as_ref()) && !(restore && side == Side::Old) => {
-                            Value::Null
-                        }
+                        Some(item) if proven.contains_key(item.key.as_ref()) => Value::Null,
                         Some(item) => build_item(item, depth).map_err(|e| (side, e))?,
                         None => Value::Null,
                     });
@@ -537,6 +547,44 @@ fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
         // Left out by its parent; a status is never one value of its own.
         Captured::Own => Value::Null,
     })
+}
+
+/// An item's JSON text, written from its members' text as read: what a
+/// restore writes back, without building it. Of duplicate keys only the
+/// last is written, the one a parse keeps. The text is held until the
+/// answer is encoded, so it spends from the review's budget.
+fn item_text(item: &CapturedItem<'_>) -> Result<Vec<u8>, ProjectError> {
+    let members = &item.members;
+    let length: usize = members.iter().map(|(key, raw)| key.len() + raw.get().len() + 4).sum();
+    ValueBudget::spend::<serde_json::Error>(length + 2).map_err(project_error)?;
+    // The members a parse keeps: the last of each key. Items have a few
+    // members; a set only where one has many.
+    let last: Option<HashMap<&str, usize>> = (members.len() > 16).then(|| {
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| (key.as_ref(), i))
+            .collect()
+    });
+    let kept = |i: usize, key: &str| match &last {
+        Some(last) => last.get(key) == Some(&i),
+        None => !members[i + 1..].iter().any(|(k, _)| k == key),
+    };
+    let mut text = Vec::with_capacity(length + 2);
+    text.push(b'{');
+    for (i, (key, raw)) in members.iter().enumerate() {
+        if !kept(i, key) {
+            continue;
+        }
+        if text.len() > 1 {
+            text.push(b',');
+        }
+        serde_json::to_writer(&mut text, key.as_ref()).map_err(ProjectError::Malformed)?;
+        text.push(b':');
+        text.extend_from_slice(raw.get().as_bytes());
+    }
+    text.push(b'}');
+    Ok(text)
 }
 
 fn build_item(item: &CapturedItem<'_>, depth: Depth) -> Result<Value, ProjectError> {
@@ -954,6 +1002,59 @@ mod tests {
         );
         // Left unbuilt, they spend nothing: the rest spends as before.
         assert_eq!(built_spent - proven_spent, 102, "the Ready and Gone items built");
+    }
+
+    /// For a restore, the old items of a group proven changed are kept as
+    /// their text, as read (numbers, nested values and their spacing
+    /// untouched), and never built: the text is what building gives, of
+    /// duplicate keys the last, and it spends from the review's budget.
+    #[test]
+    fn a_restore_keeps_the_old_items_as_their_text() {
+        let conditions = FieldPath::parse("conditions").unwrap();
+        let tree = PathTree::with_conditions(std::iter::empty(), &conditions, ["Ready".to_owned()]);
+        let old = r#"{"conditions": [
+            {"type": "Ready", "n": 1.0e1, "s": "\u0041", "s": "B", "t\u0065xt": [1, {"a": 2}]},
+            {"type": "Ready"}]}"#;
+        let new = r#"{"conditions": [{"type": "Ready", "n": 2}]}"#;
+        let (old, new): (&RawValue, &RawValue) =
+            (serde_json::from_str(old).unwrap(), serde_json::from_str(new).unwrap());
+        let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
+        let budget = 1 << 30;
+        let _guard = ValueBudget::enter(budget);
+        let statuses = realize(
+            Some(captured(old)),
+            Some(captured(new)),
+            Depth::Bounded,
+            Proofs::Restore,
+        )
+        .unwrap();
+        let spent = budget - ValueBudget::left().unwrap();
+        let groups: Vec<_> = statuses.changed.in_list(&conditions).collect();
+        assert_eq!(groups.len(), 1);
+        let texts: Vec<&str> = groups[0]
+            .1
+            .old_items
+            .iter()
+            .map(|t| std::str::from_utf8(t).unwrap())
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                r#"{"type":"Ready","n":1.0e1,"s":"B","text":[1, {"a": 2}]}"#,
+                r#"{"type":"Ready"}"#
+            ]
+        );
+        let first: Value = serde_json::from_str(texts[0]).unwrap();
+        assert_eq!(
+            first,
+            json!({"type": "Ready", "n": 10.0, "s": "B", "text": [1, {"a": 2}]})
+        );
+        assert_eq!(groups[0].1.new_items, [(0, false)]);
+        for status in [&statuses.old, &statuses.new] {
+            let items = status.clone().unwrap().unwrap()["conditions"].clone();
+            assert!(items.as_array().unwrap().iter().all(Value::is_null), "nothing is built");
+        }
+        assert!(spent >= texts.iter().map(|t| t.len()).sum::<usize>(), "{spent}");
     }
 
     /// A writer's own values are never compared on its writes: they are

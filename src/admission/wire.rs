@@ -465,37 +465,45 @@ impl<'de> Visitor<'de> for BorrowedKey {
 ///
 /// kube's `AdmissionResponse` serializes `patch` as an array of numbers
 /// (kube-rs/kube#1781); the API documents, and the API server expects, a
-/// base64 string. The patch bytes are taken out and written beside the rest
-/// of the response in that form, in one serialization pass; `response`
+/// base64 string. The patch bytes are taken out and written as the
+/// response's last member, base64 straight into the body (a restoring patch
+/// can be most of the answer: it is neither copied into a string nor
+/// scanned for characters to escape, which base64 has none of); `response`
 /// is left without its patch, which is now in the bytes.
 pub fn encode_response(response: &mut AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
-    #[derive(serde::Serialize)]
-    struct WireResponse<'a> {
-        #[serde(flatten)]
-        response: &'a AdmissionResponse,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        patch: Option<String>,
-    }
     #[derive(serde::Serialize)]
     struct WireReview<'a> {
         #[serde(rename = "apiVersion")]
         api_version: &'a str,
         kind: &'a str,
-        response: WireResponse<'a>,
+        response: &'a AdmissionResponse,
     }
-    let patch = response
-        .patch
-        .take()
-        .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+    let patch = response.patch.take();
     let review = WireReview {
         api_version: META_API_VERSION_V1,
         kind: META_KIND,
-        response: WireResponse {
-            response: &*response,
-            patch,
-        },
+        response: &*response,
     };
-    serde_json::to_vec(&review).map_err(ReviewError::Encode)
+    let mut body = serde_json::to_vec(&review).map_err(ReviewError::Encode)?;
+    let Some(patch) = patch else {
+        return Ok(body);
+    };
+    let encoding = |why: &str| ReviewError::Encode(serde::ser::Error::custom(why));
+    // `response` is the review's last member, and never empty (it has a uid):
+    // the text ends with `}}`, and its members with `}`.
+    if !body.ends_with(b"}}") {
+        return Err(encoding("the review does not end with its response"));
+    }
+    body.truncate(body.len() - 2);
+    body.extend_from_slice(br#","patch":""#);
+    let encoded = base64::encoded_len(patch.len(), true).ok_or_else(|| encoding("the patch is too large"))?;
+    let at = body.len();
+    body.resize(at + encoded, 0);
+    base64::engine::general_purpose::STANDARD
+        .encode_slice(&patch, &mut body[at..])
+        .map_err(|e| encoding(&e.to_string()))?;
+    body.extend_from_slice(br#""}}"#);
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -510,6 +518,32 @@ mod tests {
         assert!(matches!(err, Err(ReviewError::NoRequest)));
         assert!(matches!(parse_request(b"{"), Err(ReviewError::Json(_))));
         assert!(matches!(parse_request(b"[1]"), Err(ReviewError::NotAReview(_))));
+    }
+
+    /// The patch is the response's base64 `patch` member, beside the
+    /// `patchType` kube sets, and every other member is kube's.
+    #[test]
+    fn a_patch_is_encoded_as_base64_in_the_response() {
+        let allow = || AdmissionResponse::invalid("").into_review().response.unwrap();
+        for patch in [&b"[]"[..], br#"[{"op":"remove","path":"/status/a"}]"#, &[0xff, 0, b'"']] {
+            let mut response = allow().with_patch(json_patch::Patch(Vec::new())).unwrap();
+            response.uid = "u-\"1".to_owned();
+            response.patch = Some(patch.to_vec());
+            let body = encode_response(&mut response).unwrap();
+            let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                (sent["apiVersion"].as_str(), sent["kind"].as_str()),
+                (Some("admission.k8s.io/v1"), Some("AdmissionReview"))
+            );
+            assert_eq!(sent["response"]["uid"], "u-\"1");
+            assert_eq!(sent["response"]["patchType"], "JSONPatch");
+            let decoded = base64::engine::general_purpose::STANDARD.decode(sent["response"]["patch"].as_str().unwrap());
+            assert_eq!(decoded.unwrap(), patch);
+            assert!(response.patch.is_none(), "taken into the body");
+        }
+        let body = encode_response(&mut allow()).unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(sent["response"].get("patch").is_none() && sent["response"].get("patchType").is_none());
     }
 
     #[test]
