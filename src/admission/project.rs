@@ -189,12 +189,7 @@ impl<'de> CapturedItem<'de> {
             .iter()
             .rev()
             .find(|(key, _)| key == member)
-            .and_then(|(_, raw)| {
-                serde_json::from_str::<&str>(raw.get())
-                    .map(Cow::Borrowed)
-                    .or_else(|_| serde_json::from_str::<String>(raw.get()).map(Cow::Owned))
-                    .ok()
-            });
+            .and_then(|(_, raw)| string_of(raw));
         match key.filter(|key| match keyed.values.get(key.as_ref()) {
             Some(owner) => writer.is_none() || *owner != writer,
             None => false,
@@ -207,6 +202,19 @@ impl<'de> CapturedItem<'de> {
     /// Its members' text.
     pub(crate) fn members(&self) -> &ItemMembers<'de> {
         &self.members
+    }
+}
+
+/// The string a member's text holds, if it is a string: borrowed where it
+/// holds no escape (a key's usual text: the text was read by serde_json,
+/// which validated it, so it has no control character either), else
+/// unescaped.
+fn string_of(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
+        Some(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+        None => None,
     }
 }
 
