@@ -360,7 +360,7 @@ fn pair(
         }
         (Captured::Items(o), Captured::Items(n)) => {
             let unchanged = unchanged_keys(o, n);
-            let proven = match proving {
+            let proven: BTreeSet<&str> = match proving {
                 Some(p) => {
                     let mut proven = proven_changed(o, n, &unchanged, p.restore);
                     if p.restore {
@@ -368,24 +368,28 @@ fn pair(
                         // never built.
                         for item in o.iter().flatten() {
                             if let Some(group) = proven.get_mut(item.key.as_ref()) {
-                                group.old_items.push(item_text(item).map_err(|e| (Side::Old, e))?);
+                                group
+                                    .old_items
+                                    .push(item_text(item, depth).map_err(|e| (Side::Old, e))?);
                             }
                         }
                     }
+                    let keys = proven.keys().copied().collect();
                     if !proven.is_empty() {
+                        // Moved, not copied: the text is counted once.
                         let groups = p.changed.0.entry(p.path.clone()).or_default();
-                        groups.extend(proven.iter().map(|(k, g)| ((*k).to_owned(), g.clone())));
+                        groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
                     }
-                    proven
+                    keys
                 }
-                None => BTreeMap::new(),
+                None => BTreeSet::new(),
             };
             let list = |items: &[Option<CapturedItem<'_>>], side| {
                 let mut built = Vec::with_capacity(items.len());
                 for item in items {
                     built.push(match item {
                         Some(item) if unchanged.contains(item.key.as_ref()) => Value::Null,
-                        Some(item) if proven.contains_key(item.key.as_ref()) => Value::Null,
+                        Some(item) if proven.contains(item.key.as_ref()) => Value::Null,
                         Some(item) => build_item(item, depth).map_err(|e| (side, e))?,
                         None => Value::Null,
                     });
@@ -559,12 +563,13 @@ fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
 
 /// An item's JSON text, written from its members' text as read: what a
 /// restore writes back, without building it. Of duplicate keys only the
-/// last is written, the one a parse keeps. The text is held until the
-/// answer is encoded, so it spends from the review's budget.
-fn item_text(item: &CapturedItem<'_>) -> Result<Vec<u8>, ProjectError> {
+/// last is written, the one a parse keeps. Each value is first read as
+/// building it would read it ([`Readable`]), so that what cannot be built
+/// (a number beyond a double's range, a lone surrogate) is refused as
+/// before, never copied into a patch. The text is held until the answer
+/// is encoded, so it spends from the review's budget.
+fn item_text(item: &CapturedItem<'_>, depth: Depth) -> Result<Vec<u8>, ProjectError> {
     let members = &item.members;
-    let length: usize = members.iter().map(|(key, raw)| key.len() + raw.get().len() + 4).sum();
-    ValueBudget::spend::<serde_json::Error>(length + 2).map_err(project_error)?;
     // The members a parse keeps: the last of each key. Items have a few
     // members; a set only where one has many.
     let last: Option<HashMap<&str, usize>> = (members.len() > 16).then(|| {
@@ -578,12 +583,18 @@ fn item_text(item: &CapturedItem<'_>) -> Result<Vec<u8>, ProjectError> {
         Some(last) => last.get(key) == Some(&i),
         None => !members[i + 1..].iter().any(|(k, _)| k == key),
     };
+    let length: usize = members.iter().map(|(key, raw)| key.len() + raw.get().len() + 4).sum();
     let mut text = Vec::with_capacity(length + 2);
     text.push(b'{');
     for (i, (key, raw)) in members.iter().enumerate() {
         if !kept(i, key) {
             continue;
         }
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        if depth == Depth::Unbounded {
+            deserializer.disable_recursion_limit();
+        }
+        Readable::deserialize(&mut deserializer).map_err(project_error)?;
         if text.len() > 1 {
             text.push(b',');
         }
@@ -592,6 +603,8 @@ fn item_text(item: &CapturedItem<'_>) -> Result<Vec<u8>, ProjectError> {
         text.extend_from_slice(raw.get().as_bytes());
     }
     text.push(b'}');
+    // What is held: escaped keys may have grown it past the estimate.
+    ValueBudget::spend::<serde_json::Error>(text.capacity()).map_err(project_error)?;
     Ok(text)
 }
 
@@ -834,6 +847,36 @@ impl<'de> Visitor<'de> for ItemsOf<'_> {
     scalars_as!(Captured::Settled(Value::Null), Captured::Settled(NOT_AN_OBJECT));
 }
 
+/// A value read as building it reads it (numbers parsed, strings
+/// unescaped), and built into nothing: whether it can be built.
+struct Readable;
+
+impl<'de> Deserialize<'de> for Readable {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Readable)
+    }
+}
+
+impl<'de> Visitor<'de> for Readable {
+    type Value = Readable;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<Readable, Readable>()?.is_some() {}
+        Ok(Readable)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<Readable>()?.is_some() {}
+        Ok(Readable)
+    }
+
+    scalars_as!(Readable, Readable);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1027,16 +1070,16 @@ mod tests {
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(old).unwrap(), serde_json::from_str(new).unwrap());
         let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
-        let budget = 1 << 30;
-        let _guard = ValueBudget::enter(budget);
-        let statuses = realize(
-            Some(captured(old)),
-            Some(captured(new)),
-            Depth::Bounded,
-            Proofs::Restore,
-        )
-        .unwrap();
-        let spent = budget - ValueBudget::left().unwrap();
+        let realized = |old, proofs| {
+            let budget = 1 << 30;
+            let _guard = ValueBudget::enter(budget);
+            let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, proofs);
+            (statuses, budget - ValueBudget::left().unwrap())
+        };
+        let (statuses, spent) = realized(old, Proofs::Restore);
+        let statuses = statuses.unwrap();
+        let (named, named_spent) = realized(old, Proofs::Names);
+        assert_eq!(named.unwrap().changed.of(&conditions).collect::<Vec<_>>(), ["Ready"]);
         let groups: Vec<_> = statuses.changed.in_list(&conditions).collect();
         assert_eq!(groups.len(), 1);
         let texts: Vec<&str> = groups[0]
@@ -1062,7 +1105,29 @@ mod tests {
             let items = status.clone().unwrap().unwrap()["conditions"].clone();
             assert!(items.as_array().unwrap().iter().all(Value::is_null), "nothing is built");
         }
-        assert!(spent >= texts.iter().map(|t| t.len()).sum::<usize>(), "{spent}");
+        // The text held is what a restore spends beyond naming the group.
+        let held: usize = texts.iter().map(|t| t.len()).sum();
+        assert!(spent - named_spent >= held, "{spent} - {named_spent} < {held}");
+        // What building refuses is refused, not copied into a patch: a
+        // number beyond a double's range, a lone surrogate.
+        for unreadable in [r#"1e400"#, r#""\ud800""#, r#"[{"a": -1e999}]"#] {
+            let old = format!(r#"{{"conditions": [{{"type": "Ready", "n": 1, "x": {unreadable}}}]}}"#);
+            let old: &RawValue = serde_json::from_str(&old).unwrap();
+            let with = |proofs| {
+                let old = capture_status(old, &tree, None, Depth::Bounded).unwrap();
+                realize(Some(old), Some(captured(new)), Depth::Bounded, proofs)
+            };
+            let restored = with(Proofs::Restore);
+            assert!(
+                matches!(restored, Err((Side::Old, ProjectError::Malformed(_)))),
+                "{unreadable}: {restored:?}"
+            );
+            let built = with(Proofs::Off);
+            assert!(
+                matches!(built, Err((Side::Old, ProjectError::Malformed(_)))),
+                "as building refuses it"
+            );
+        }
     }
 
     /// A writer's own values are never compared on its writes: they are
