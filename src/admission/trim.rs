@@ -94,29 +94,46 @@ impl Restored<'_> {
     }
 }
 
+/// How an item is put back: over the item at its index, or after the list's last.
+#[derive(Debug, Clone, Copy)]
+enum Put {
+    Replace,
+    Add,
+}
+
+impl Put {
+    /// The operation's name in JSON Patch.
+    fn op(self) -> &'static str {
+        match self {
+            Put::Replace => "replace",
+            Put::Add => "add",
+        }
+    }
+}
+
 /// One operation of the restoring patch.
 #[derive(Debug)]
 enum RestoreOp<'v> {
     /// Written as json_patch writes it.
     Built(PatchOperation),
-    /// `op` (`add` or `replace`) of an item's JSON text at `path`: written
-    /// in the same form, its value copied as it was read.
+    /// An item's JSON text put at `path`: written in json_patch's form, its
+    /// value copied as it was read.
     Text {
-        op: &'static str,
+        put: Put,
         path: PointerBuf,
         value: &'v [u8],
     },
 }
 
 impl<'v> RestoreOp<'v> {
-    fn of(op: &'static str, path: PointerBuf, item: Restored<'v>) -> Self {
-        match (op, item) {
-            (_, Restored::Text(value)) => RestoreOp::Text { op, path, value },
-            ("replace", Restored::Value(value)) => RestoreOp::Built(PatchOperation::Replace(ReplaceOperation {
+    fn of(put: Put, path: PointerBuf, item: Restored<'v>) -> Self {
+        match (put, item) {
+            (_, Restored::Text(value)) => RestoreOp::Text { put, path, value },
+            (Put::Replace, Restored::Value(value)) => RestoreOp::Built(PatchOperation::Replace(ReplaceOperation {
                 path,
                 value: value.clone(),
             })),
-            (_, Restored::Value(value)) => RestoreOp::Built(PatchOperation::Add(AddOperation {
+            (Put::Add, Restored::Value(value)) => RestoreOp::Built(PatchOperation::Add(AddOperation {
                 path,
                 value: value.clone(),
             })),
@@ -143,9 +160,9 @@ fn write_patch(ops: &[RestoreOp<'_>]) -> Result<Vec<u8>, PatchError> {
         }
         match op {
             RestoreOp::Built(op) => serde_json::to_writer(&mut patch, op).map_err(encoding)?,
-            RestoreOp::Text { op, path, value } => {
+            RestoreOp::Text { put, path, value } => {
                 patch.extend_from_slice(b"{\"op\":\"");
-                patch.extend_from_slice(op.as_bytes());
+                patch.extend_from_slice(put.op().as_bytes());
                 patch.extend_from_slice(b"\",\"path\":");
                 serde_json::to_writer(&mut patch, path.as_str()).map_err(encoding)?;
                 patch.extend_from_slice(b",\"value\":");
@@ -288,7 +305,7 @@ impl<'v> ListRestore<'v> {
         let replaced = self
             .replaced
             .iter()
-            .map(move |&(index, previous)| RestoreOp::of("replace", at(&index.to_string()), previous));
+            .map(move |&(index, previous)| RestoreOp::of(Put::Replace, at(&index.to_string()), previous));
         // From the end, so that each index still names the item it was found at.
         let removed = self.removed.iter().rev().map(move |index| {
             RestoreOp::Built(PatchOperation::Remove(RemoveOperation {
@@ -298,7 +315,7 @@ impl<'v> ListRestore<'v> {
         let appended = self
             .appended
             .iter()
-            .map(move |&previous| RestoreOp::of("add", at("-"), previous));
+            .map(move |&previous| RestoreOp::of(Put::Add, at("-"), previous));
         replaced.chain(removed).chain(appended)
     }
 
