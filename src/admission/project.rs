@@ -587,14 +587,16 @@ fn item_text(item: &CapturedItem<'_>, depth: Depth) -> Result<Vec<u8>, ProjectEr
     let mut text = Vec::with_capacity(length + 2);
     text.push(b'{');
     for (i, (key, raw)) in members.iter().enumerate() {
-        if !kept(i, key) {
-            continue;
-        }
+        // Every member, as building reads every member, also one a later
+        // duplicate replaces.
         let mut deserializer = serde_json::Deserializer::from_str(raw.get());
         if depth == Depth::Unbounded {
             deserializer.disable_recursion_limit();
         }
         Readable::deserialize(&mut deserializer).map_err(project_error)?;
+        if !kept(i, key) {
+            continue;
+        }
         if text.len() > 1 {
             text.push(b',');
         }
@@ -1110,7 +1112,7 @@ mod tests {
         assert!(spent - named_spent >= held, "{spent} - {named_spent} < {held}");
         // What building refuses is refused, not copied into a patch: a
         // number beyond a double's range, a lone surrogate.
-        for unreadable in [r#"1e400"#, r#""\ud800""#, r#"[{"a": -1e999}]"#] {
+        for unreadable in [r#"1e400"#, r#""\ud800""#, r#"[{"a": -1e999}]"#, r#"1e400, "x": 1"#] {
             let old = format!(r#"{{"conditions": [{{"type": "Ready", "n": 1, "x": {unreadable}}}]}}"#);
             let old: &RawValue = serde_json::from_str(&old).unwrap();
             let with = |proofs| {
