@@ -305,12 +305,9 @@ pub(crate) fn at_path(item: &ItemMembers<'_>, path: &[Step<'_>]) -> Option<u64> 
     match (found.next(), found.next()) {
         (None, _) => Some(at_null(rest)),
         (Some((_, raw)), None) => {
-            let mut probe = Probe::Unsure;
+            let mut probe = None;
             let _ = probe_at(&mut Cursor::new(raw.get()), rest, false, &mut probe);
-            match probe {
-                Probe::Found(hash) => Some(hash),
-                Probe::Unsure => None,
-            }
+            probe
         }
         (Some(_), Some(_)) => None,
     }
@@ -325,23 +322,14 @@ fn at_null(rest: &[Step<'_>]) -> u64 {
     }
 }
 
-enum Probe {
-    Found(u64),
-    Unsure,
-}
-
-/// Sets `probe` to the fingerprint at `path` of the value at `cursor`.
-/// With `whole`, the value is read to its end (an object above it is read
-/// on, for its keys); otherwise reading may stop once `probe` is set (with
-/// an `Err`).
-fn probe_at(cursor: &mut Cursor<'_>, path: &[Step<'_>], whole: bool, probe: &mut Probe) -> Result<(), Unread> {
+/// Sets `probe` to the fingerprint at `path` of the value at `cursor`
+/// (`None`: unsure). With `whole`, the value is read to its end (an object
+/// above it is read on, for its keys); otherwise reading may stop once
+/// `probe` is set (with an `Err`).
+fn probe_at(cursor: &mut Cursor<'_>, path: &[Step<'_>], whole: bool, probe: &mut Option<u64>) -> Result<(), Unread> {
     let Some((step, rest)) = path.split_first() else {
         let (print, _) = cursor.value(Printer)?;
-        *probe = if print.sure {
-            Probe::Found(print.hash)
-        } else {
-            Probe::Unsure
-        };
+        *probe = print.sure.then_some(print.hash);
         return Ok(());
     };
     match (step, cursor.peek()) {
@@ -360,11 +348,11 @@ fn probe_at(cursor: &mut Cursor<'_>, path: &[Step<'_>], whole: bool, probe: &mut
             });
             match (read, seen) {
                 (Err(unread), _) => {
-                    *probe = Probe::Unsure;
+                    *probe = None;
                     return Err(unread);
                 }
                 (Ok(()), true) => {}
-                (Ok(()), false) => *probe = Probe::Found(at_null(rest)),
+                (Ok(()), false) => *probe = Some(at_null(rest)),
             }
             Ok(())
         }
@@ -381,17 +369,17 @@ fn probe_at(cursor: &mut Cursor<'_>, path: &[Step<'_>], whole: bool, probe: &mut
                 if whole { Ok(()) } else { Err(Unread) }
             });
             if whole && read.is_err() {
-                *probe = Probe::Unsure;
+                *probe = None;
             }
             read?;
             if !seen {
-                *probe = Probe::Found(PAST_THE_END);
+                *probe = Some(PAST_THE_END);
             }
             Ok(())
         }
         (step, first) => {
             cursor.skip()?;
-            *probe = Probe::Found(match (step, first) {
+            *probe = Some(match (step, first) {
                 (_, Some(b'n')) => at_null(path),
                 (Step::Member(_), _) => NOT_AN_OBJECT,
                 (Step::Index(_), _) => NOT_A_LIST,

@@ -851,6 +851,9 @@ impl<'de> Visitor<'de> for ItemsOf<'_> {
 
 /// A value read as building it reads it (numbers parsed, strings
 /// unescaped), and built into nothing: whether it can be built.
+/// `fingerprint::of_text` reads values the same way, but hashes each:
+/// checking a restore's items with it cost the route's trim 15 % more
+/// (107 against 124 µs in `cargo bench --bench decision -- route`).
 struct Readable;
 
 impl<'de> Deserialize<'de> for Readable {
