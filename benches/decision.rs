@@ -52,6 +52,12 @@ fn benches(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("parse+decide+encode");
     group.throughput(criterion::Throughput::Bytes(stale.len() as u64));
+    group.bench_function("validate, own change (allowed)", |b| {
+        b.iter(|| {
+            let (_, decided) = read_and_decide(&rules, black_box(&own), Endpoint::Validate).expect("valid");
+            encode_response(&mut decided.expect("decided").response).expect("encoded")
+        })
+    });
     group.bench_function("validate, stale write (denied)", |b| {
         b.iter(|| {
             let (_, decided) = read_and_decide(&rules, black_box(&stale), Endpoint::Validate).expect("valid");
