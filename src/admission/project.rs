@@ -101,6 +101,17 @@ pub(crate) enum Depth {
     Unbounded,
 }
 
+impl Depth {
+    /// A reader of `text` nested as deep as this allows.
+    fn reader(self, text: &str) -> serde_json::Deserializer<serde_json::de::StrRead<'_>> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        if self == Depth::Unbounded {
+            deserializer.disable_recursion_limit();
+        }
+        deserializer
+    }
+}
+
 /// Why the status of an object could not be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -238,10 +249,7 @@ pub(crate) fn capture_status<'de>(
     writer: Option<usize>,
     depth: Depth,
 ) -> Result<Option<Captured<'de>>, ProjectError> {
-    let mut deserializer = serde_json::Deserializer::from_str(status.get());
-    if depth == Depth::Unbounded {
-        deserializer.disable_recursion_limit();
-    }
+    let mut deserializer = depth.reader(status.get());
     let captured = Capture(paths, writer)
         .deserialize(&mut deserializer)
         .map_err(project_error)?;
@@ -589,11 +597,7 @@ fn item_text(item: &CapturedItem<'_>, depth: Depth) -> Result<Vec<u8>, ProjectEr
     for (i, (key, raw)) in members.iter().enumerate() {
         // Every member, as building reads every member, also one a later
         // duplicate replaces.
-        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-        if depth == Depth::Unbounded {
-            deserializer.disable_recursion_limit();
-        }
-        Readable::deserialize(&mut deserializer).map_err(project_error)?;
+        Readable::deserialize(&mut depth.reader(raw.get())).map_err(project_error)?;
         if !kept(i, key) {
             continue;
         }
@@ -619,11 +623,7 @@ fn build_item(item: &CapturedItem<'_>, depth: Depth) -> Result<Value, ProjectErr
 }
 
 fn build_text(raw: &RawValue, depth: Depth) -> Result<Value, ProjectError> {
-    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    if depth == Depth::Unbounded {
-        deserializer.disable_recursion_limit();
-    }
-    crate::value_budget::build(&mut deserializer).map_err(project_error)
+    crate::value_budget::build(&mut depth.reader(raw.get())).map_err(project_error)
 }
 
 /// serde_json names no error code publicly; this is its message for
@@ -1075,15 +1075,15 @@ mod tests {
         let (old, new): (&RawValue, &RawValue) =
             (serde_json::from_str(old).unwrap(), serde_json::from_str(new).unwrap());
         let captured = |raw| capture_status(raw, &tree, None, Depth::Bounded).unwrap();
-        let realized = |old, proofs| {
+        let realized = |proofs| {
             let budget = 1 << 30;
             let _guard = ValueBudget::enter(budget);
             let statuses = realize(Some(captured(old)), Some(captured(new)), Depth::Bounded, proofs);
             (statuses, budget - ValueBudget::left().unwrap())
         };
-        let (statuses, spent) = realized(old, Proofs::Restore);
+        let (statuses, spent) = realized(Proofs::Restore);
         let statuses = statuses.unwrap();
-        let (named, named_spent) = realized(old, Proofs::Names);
+        let (named, named_spent) = realized(Proofs::Names);
         assert_eq!(named.unwrap().changed.of(&conditions).collect::<Vec<_>>(), ["Ready"]);
         let groups: Vec<_> = statuses.changed.in_list(&conditions).collect();
         assert_eq!(groups.len(), 1);
