@@ -4,6 +4,7 @@
 //! the ownership rules (a request for anything unconfigured is counted under
 //! `UNCONFIGURED`), never from object names or request contents.
 
+use std::sync::RwLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -14,6 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::admission::decide::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
+use crate::ownership::{Item, LookupMap, Violation};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -110,6 +112,8 @@ impl PolicySync {
     }
 }
 
+type ViolationCounters = LookupMap<String, LookupMap<String, LookupMap<String, LookupMap<Item, Counter>>>>;
+
 /// The server's metrics registry and the families it records into.
 pub struct Metrics {
     registry: Registry,
@@ -117,6 +121,11 @@ pub struct Metrics {
     refused_unread: Family<ResultLabels, Counter>,
     duration: Family<EndpointLabels, Histogram>,
     violations: Family<ViolationLabels, Counter>,
+    /// The counters of `violations` met before, by group, resource, owner
+    /// and item, found with the decision's own strings: a denial otherwise
+    /// builds four label strings and hashes them with SipHash (the family's
+    /// table) per violation. As bounded as the family's labels.
+    violation_counters: RwLock<ViolationCounters>,
     rules_generation: Gauge,
     rules_stale: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
@@ -268,6 +277,7 @@ impl Default for Metrics {
             refused_unread,
             duration,
             violations,
+            violation_counters: RwLock::default(),
             rules_generation,
             rules_stale,
             config_reloads,
@@ -292,14 +302,7 @@ impl Metrics {
         // The decision's labels name only configured resources: bounded by configuration.
         let ResourceLabels { group, resource } = decision.labels.clone();
         for v in &decision.violations {
-            self.violations
-                .get_or_create(&ViolationLabels {
-                    group: group.clone(),
-                    resource: resource.clone(),
-                    owner: v.owner.clone(),
-                    item: v.item.to_string(),
-                })
-                .inc();
+            self.violation_counter(&group, &resource, v).inc();
         }
         self.requests
             .get_or_create(&RequestLabels {
@@ -314,6 +317,41 @@ impl Metrics {
                 endpoint: endpoint.as_str(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// The counter of `violation` of the rules of `group`/`resource`.
+    fn violation_counter(&self, group: &str, resource: &str, violation: &Violation) -> Counter {
+        let met = self.violation_counters.read().ok().and_then(|counters| {
+            counters
+                .get(group)?
+                .get(resource)?
+                .get(violation.owner.as_str())?
+                .get(&violation.item)
+                .cloned()
+        });
+        if let Some(counter) = met {
+            return counter;
+        }
+        let counter = self
+            .violations
+            .get_or_create(&ViolationLabels {
+                group: group.to_owned(),
+                resource: resource.to_owned(),
+                owner: violation.owner.clone(),
+                item: violation.item.to_string(),
+            })
+            .clone();
+        if let Ok(mut counters) = self.violation_counters.write() {
+            counters
+                .entry(group.to_owned())
+                .or_default()
+                .entry(resource.to_owned())
+                .or_default()
+                .entry(violation.owner.clone())
+                .or_default()
+                .insert(violation.item.clone(), counter.clone());
+        }
+        counter
     }
 
     /// A request refused before its body was read: 413 (`too_large`) or 429 (`busy`).

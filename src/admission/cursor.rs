@@ -1,6 +1,8 @@
 //! A cursor over a review's text, for the single pass: it walks the
 //! envelope, the request, the objects and their statuses member by member
-//! and reads each member's value with serde_json, which validates it.
+//! and reads each member's value with serde_json, which validates it, or
+//! moves past a value nobody reads with the validating skip of
+//! [`super::skip`], which validates it as serde_json would.
 //!
 //! What it adds to serde_json is [`Cursor::same`]: moving past a value by
 //! comparing its bytes with a value already read. The API server encodes
@@ -100,10 +102,19 @@ impl<'b> Cursor<'b> {
         Ok((read, &self.text[start..self.at]))
     }
 
-    /// Moves past the value here, read by serde_json (so validated) and built
-    /// into nothing: its text.
+    /// Moves past the value here, validated as serde_json's `IgnoredAny`
+    /// validates it (see [`super::skip`]) and built into nothing: its text.
     pub(crate) fn skip(&mut self) -> Result<&'b str, Unread> {
-        self.value(PhantomData::<IgnoredAny>).map(|(_, text)| text)
+        self.skip_space();
+        // Our own validating skip where it is sure, serde_json's where not.
+        match super::skip::value_end(self.text.as_bytes(), self.at) {
+            Some(end) => {
+                let text = self.text.get(self.at..end).ok_or(Unread)?;
+                self.at = end;
+                Ok(text)
+            }
+            None => self.value(PhantomData::<IgnoredAny>).map(|(_, text)| text),
+        }
     }
 
     /// Moves past the value here if its text is `text`, the text of a value
@@ -140,12 +151,11 @@ impl<'b> Cursor<'b> {
         if self.text.as_bytes().get(self.at) == Some(&b'"') {
             // A string's text is any character but `"`, `\` and the
             // controls (U+0000 to U+001F); the text is UTF-8 already.
-            let rest = &self.text.as_bytes()[start..];
-            if let Some(end) = rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-                && rest[end] == b'"'
+            if let Some(end) = super::skip::plain_string_end(self.text.as_bytes(), start)
+                && let Some(key) = self.text.get(start..end - 1)
             {
-                self.at = start + end + 1;
-                return Ok(Cow::Borrowed(&self.text[start..start + end]));
+                self.at = end;
+                return Ok(Cow::Borrowed(key));
             }
         }
         Ok(self.value(BorrowedKey)?.0)

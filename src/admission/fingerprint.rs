@@ -31,7 +31,6 @@ use std::hash::BuildHasher;
 
 use foldhash::fast::FixedState;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
 use super::cursor::{Cursor, Unread};
@@ -144,11 +143,11 @@ pub(crate) fn of_text(text: &str) -> Result<Fingerprint, serde_json::Error> {
 /// The fingerprint of an object given as its members' keys and text (an
 /// item of a list read item by item), as the object built from them.
 pub(crate) fn of_members<'m, 'de: 'm>(
-    members: impl IntoIterator<Item = &'m (Cow<'de, str>, &'de RawValue)>,
+    members: impl IntoIterator<Item = &'m (Cow<'de, str>, &'de str)>,
 ) -> Result<Fingerprint, serde_json::Error> {
     let mut object = Members::new();
     for (key, raw) in members {
-        object.add(key, of_text(raw.get())?);
+        object.add(key, of_text(raw)?);
     }
     Ok(object.finish())
 }
@@ -252,9 +251,9 @@ pub(crate) fn first_difference<'t>(a: &ItemMembers<'t>, b: &ItemMembers<'_>) -> 
     let (key, a_text, b_text) = a
         .iter()
         .zip(b)
-        .find(|((k, x), (l, y))| k != l || x.get() != y.get())
+        .find(|((k, x), (l, y))| k != l || x != y)
         .filter(|((k, _), (l, _))| k == l)
-        .map(|((k, x), (_, y))| (k.clone(), x.get(), y.get()))?;
+        .map(|((k, x), (_, y))| (k.clone(), *x, *y))?;
     let differs_at = a_text.bytes().zip(b_text.bytes()).take_while(|(x, y)| x == y).count();
     let mut path = vec![Step::Member(key)];
     // Any error only stops the path short: a shorter path is as sound.
@@ -306,7 +305,7 @@ pub(crate) fn at_path(item: &ItemMembers<'_>, path: &[Step<'_>]) -> Option<u64> 
         (None, _) => Some(at_null(rest)),
         (Some((_, raw)), None) => {
             let mut probe = None;
-            let _ = probe_at(&mut Cursor::new(raw.get()), rest, false, &mut probe);
+            let _ = probe_at(&mut Cursor::new(raw), rest, false, &mut probe);
             probe
         }
         (Some(_), Some(_)) => None,
@@ -461,15 +460,12 @@ mod tests {
     }
 
     /// An item's members, each value in its own text.
-    fn members(texts: &[(&'static str, String)]) -> Vec<(Cow<'static, str>, Box<RawValue>)> {
-        texts
-            .iter()
-            .map(|(k, t)| (Cow::Borrowed(*k), RawValue::from_string(t.clone()).unwrap()))
-            .collect()
+    fn members(texts: &[(&'static str, String)]) -> Vec<(Cow<'static, str>, String)> {
+        texts.iter().map(|(k, t)| (Cow::Borrowed(*k), t.clone())).collect()
     }
 
-    fn borrowed<'a>(members: &'a [(Cow<'static, str>, Box<RawValue>)]) -> ItemMembers<'a> {
-        members.iter().map(|(k, v)| (k.clone(), &**v)).collect()
+    fn borrowed<'a>(members: &'a [(Cow<'static, str>, String)]) -> ItemMembers<'a> {
+        members.iter().map(|(k, v)| (k.clone(), v.as_str())).collect()
     }
 
     #[test]
@@ -558,17 +554,15 @@ mod tests {
 
     #[test]
     fn an_item_is_fingerprinted_as_the_object_of_its_members() {
-        let raw = |t: &str| RawValue::from_string(t.to_owned()).unwrap();
-        let (one, two, null) = (raw("1"), raw(r#"{"x":[true]}"#), raw("null"));
         let members = [
-            (Cow::Borrowed("b"), &*two),
-            (Cow::Borrowed("a"), &*one),
-            (Cow::Borrowed("c"), &*null),
+            (Cow::Borrowed("b"), r#"{"x":[true]}"#),
+            (Cow::Borrowed("a"), "1"),
+            (Cow::Borrowed("c"), "null"),
         ];
         let item = of_members(&members).unwrap();
         let whole = print(r#"{"a":1,"b":{"x":[true]}}"#);
         assert_eq!(item.hash, whole.hash);
-        let twice = [(Cow::Borrowed("a"), &*one), (Cow::Borrowed("a"), &*two)];
+        let twice = [(Cow::Borrowed("a"), "1"), (Cow::Borrowed("a"), r#"{"x":[true]}"#)];
         assert!(!of_members(&twice).unwrap().sure);
     }
 
@@ -649,11 +643,11 @@ mod tests {
                 item.keys().next().cloned().unwrap_or_else(|| "a".to_owned()),
             ))];
             path.extend(steps);
-            let texts = |salt: bool| -> Vec<(Cow<'static, str>, Box<RawValue>)> {
+            let texts = |salt: bool| -> Vec<(Cow<'static, str>, String)> {
                 let mut texts: Vec<_> = item
                     .iter()
                     .filter(|(_, v)| !(salt && v.is_null()))
-                    .map(|(k, v)| (Cow::Owned(k.clone()), RawValue::from_string(other_text(v, salt)).unwrap()))
+                    .map(|(k, v)| (Cow::Owned(k.clone()), other_text(v, salt)))
                     .collect();
                 if salt {
                     texts.reverse();

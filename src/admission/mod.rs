@@ -37,5 +37,6 @@ mod managed_fields;
 pub mod observe;
 mod one_pass;
 pub mod project;
+mod skip;
 mod trim;
 pub mod wire;

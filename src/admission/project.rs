@@ -150,8 +150,9 @@ pub(crate) fn project_status(status: &RawValue, paths: &PathTree, depth: Depth) 
 /// change is the same bytes in both, and is never built.
 #[derive(Debug, Clone)]
 pub(crate) enum Captured<'de> {
-    /// A value read whole.
-    Whole(&'de RawValue),
+    /// A value read whole: its text (validated JSON, without the white
+    /// space around it).
+    Whole(&'de str),
     /// A value of the writer's own: never compared, so never read.
     Own,
     /// An object the paths lead through: the members they read below it
@@ -170,11 +171,12 @@ pub(crate) enum Captured<'de> {
 #[derive(Debug, Clone)]
 pub(crate) struct CapturedItem<'de> {
     key: Cow<'de, str>,
-    members: Vec<(Cow<'de, str>, &'de RawValue)>,
+    members: ItemMembers<'de>,
 }
 
-/// An item's members, as unparsed text.
-pub(crate) type ItemMembers<'de> = Vec<(Cow<'de, str>, &'de RawValue)>;
+/// An item's members: each key, and its value's text as read (validated
+/// JSON, without the white space around it).
+pub(crate) type ItemMembers<'de> = Vec<(Cow<'de, str>, &'de str)>;
 
 /// What is held for a member of an item, counted as built values are: a
 /// slot (doubled for the vector's growth) and an unescaped key.
@@ -182,8 +184,20 @@ pub(crate) type ItemMembers<'de> = Vec<(Cow<'de, str>, &'de RawValue)>;
 #[allow(clippy::ptr_arg)]
 pub(crate) fn spend_on_member<E: serde::de::Error>(key: &Cow<'_, str>) -> Result<(), E> {
     let held =
-        2 * std::mem::size_of::<(Cow<'_, str>, &RawValue)>() + if matches!(key, Cow::Owned(_)) { key.len() } else { 0 };
+        2 * std::mem::size_of::<(Cow<'_, str>, &str)>() + if matches!(key, Cow::Owned(_)) { key.len() } else { 0 };
     ValueBudget::spend::<E>(held)
+}
+
+impl<'de> Captured<'de> {
+    /// A value the tree `tree` reads whole, of text `text`, for a write by
+    /// the writer at position `writer`: its own values are never compared.
+    pub(crate) fn whole(tree: &PathTree, writer: Option<usize>, text: &'de str) -> Self {
+        if writer.is_some() && tree.owner() == writer {
+            Captured::Own
+        } else {
+            Captured::Whole(text)
+        }
+    }
 }
 
 impl<'de> CapturedItem<'de> {
@@ -217,11 +231,9 @@ impl<'de> CapturedItem<'de> {
 }
 
 /// The string a member's text holds, if it is a string: borrowed where it
-/// holds no escape (a key's usual text: the text was read by serde_json,
-/// which validated it, so it has no control character either), else
-/// unescaped.
-fn string_of(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get();
+/// holds no escape (a key's usual text: the text was validated as it was
+/// read, so it has no control character either), else unescaped.
+fn string_of(text: &str) -> Option<Cow<'_, str>> {
     match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
         Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
         Some(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
@@ -236,7 +248,7 @@ impl CapturedItem<'_> {
                 .members
                 .iter()
                 .zip(&other.members)
-                .all(|((k, v), (l, w))| k == l && v.get() == w.get())
+                .all(|((k, v), (l, w))| k == l && v == w)
     }
 }
 
@@ -334,7 +346,7 @@ fn pair(
     mut proving: Option<&mut Proving>,
 ) -> Result<(Option<Value>, Option<Value>), (Side, ProjectError)> {
     Ok(match (old, new) {
-        (Captured::Whole(o), Captured::Whole(n)) if o.get() == n.get() => (None, None),
+        (Captured::Whole(o), Captured::Whole(n)) if o == n => (None, None),
         (Captured::Own, _) | (_, Captured::Own) => (None, None),
         // Objects stay, even emptied: a parent that exists is not created
         // again by a restoring patch.
@@ -543,7 +555,7 @@ fn unchanged_keys<'a>(old: &'a [Option<CapturedItem<'_>>], new: &'a [Option<Capt
 /// A captured value built as the projection holds it.
 fn build(captured: &Captured<'_>, depth: Depth) -> Result<Value, ProjectError> {
     Ok(match captured {
-        Captured::Whole(raw) => build_text(raw, depth)?,
+        Captured::Whole(text) => build_text(text, depth)?,
         Captured::Object(members) => {
             let mut map = Map::new();
             for (key, child) in members {
@@ -591,13 +603,13 @@ fn item_text(item: &CapturedItem<'_>, depth: Depth) -> Result<Vec<u8>, ProjectEr
         Some(last) => last.get(key) == Some(&i),
         None => !members[i + 1..].iter().any(|(k, _)| k == key),
     };
-    let length: usize = members.iter().map(|(key, raw)| key.len() + raw.get().len() + 4).sum();
+    let length: usize = members.iter().map(|(key, raw)| key.len() + raw.len() + 4).sum();
     let mut text = Vec::with_capacity(length + 2);
     text.push(b'{');
     for (i, (key, raw)) in members.iter().enumerate() {
         // Every member, as building reads every member, also one a later
         // duplicate replaces.
-        Readable::deserialize(&mut depth.reader(raw.get())).map_err(project_error)?;
+        Readable::deserialize(&mut depth.reader(raw)).map_err(project_error)?;
         if !kept(i, key) {
             continue;
         }
@@ -606,7 +618,7 @@ fn item_text(item: &CapturedItem<'_>, depth: Depth) -> Result<Vec<u8>, ProjectEr
         }
         serde_json::to_writer(&mut text, key.as_ref()).map_err(ProjectError::Malformed)?;
         text.push(b':');
-        text.extend_from_slice(raw.get().as_bytes());
+        text.extend_from_slice(raw.as_bytes());
     }
     text.push(b'}');
     // What is held: escaped keys may have grown it past the estimate.
@@ -622,8 +634,8 @@ fn build_item(item: &CapturedItem<'_>, depth: Depth) -> Result<Value, ProjectErr
     Ok(Value::Object(map))
 }
 
-fn build_text(raw: &RawValue, depth: Depth) -> Result<Value, ProjectError> {
-    crate::value_budget::build(&mut depth.reader(raw.get())).map_err(project_error)
+fn build_text(text: &str, depth: Depth) -> Result<Value, ProjectError> {
+    crate::value_budget::build(&mut depth.reader(text)).map_err(project_error)
 }
 
 /// serde_json names no error code publicly; this is its message for
@@ -693,10 +705,8 @@ impl<'de> DeserializeSeed<'de> for Capture<'_> {
     type Value = Captured<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        if self.0.is_whole() && self.1.is_some() && self.0.owner() == self.1 {
-            IgnoredAny::deserialize(deserializer).map(|_| Captured::Own)
-        } else if self.0.is_whole() {
-            <&'de RawValue>::deserialize(deserializer).map(Captured::Whole)
+        if self.0.is_whole() {
+            <&'de RawValue>::deserialize(deserializer).map(|raw| Captured::whole(self.0, self.1, raw.get()))
         } else if let Some(keyed) = self.0.keyed() {
             deserializer.deserialize_any(ItemsOf(keyed, self.1))
         } else {
@@ -810,7 +820,7 @@ impl<'de> Visitor<'de> for ListItem<'_> {
         let mut members: ItemMembers<'de> = Vec::with_capacity(8);
         while let Some(key) = map.next_key_seed(BorrowedKey)? {
             spend_on_member::<A::Error>(&key)?;
-            members.push((key, map.next_value::<&'de RawValue>()?));
+            members.push((key, map.next_value::<&'de RawValue>()?.get()));
         }
         Ok(Some(CapturedItem::of(self.0, self.1, members)))
     }

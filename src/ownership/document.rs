@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 
 use super::{
-    API_VERSION, FailurePolicy, FieldPath, KIND, KeyedList, Mode, OwnerIndex, Ownership, OwnershipError, PathTree,
-    ResourceRules, SYSTEM_RESOURCES, WriterRules, drop_nested, service_account_username,
+    API_VERSION, FailurePolicy, FieldPath, KIND, KeyedList, LookupMap, Mode, OwnerIndex, Ownership, OwnershipError,
+    PathTree, ResourceRules, SYSTEM_RESOURCES, WriterRules, drop_nested, service_account_username,
 };
 
 #[derive(Debug, Deserialize)]
@@ -133,7 +133,7 @@ pub(super) fn compile(doc: Document) -> Result<Ownership, OwnershipError> {
     if !problems.is_empty() {
         return Err(OwnershipError::Invalid(problems));
     }
-    let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+    let mut index: LookupMap<String, LookupMap<String, usize>> = LookupMap::default();
     for (i, r) in resources.iter().enumerate() {
         index.entry(r.group.clone()).or_default().insert(r.resource.clone(), i);
     }

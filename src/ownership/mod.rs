@@ -108,8 +108,14 @@ pub struct Ownership {
     resources: Vec<ResourceRules>,
     /// group -> resource -> position in `resources`; looked up with
     /// borrowed strings, so the webhook's request path allocates nothing.
-    index: HashMap<String, HashMap<String, usize>>,
+    index: LookupMap<String, LookupMap<String, usize>>,
 }
+
+/// The tables every review is looked up in, by its strings (group,
+/// resource, condition types, field names, entry keys): foldhash, seeded at
+/// random per process as std's `RandomState` is, so that the strings a
+/// caller sends cannot be chosen to collide, at a fraction of SipHash's cost.
+pub(crate) type LookupMap<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
 
 /// The rules of one group/resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,11 +155,11 @@ pub struct ResourceRules {
 /// field's first segment: `(writer, field)`) and of condition types.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct OwnerIndex {
-    pub(crate) fields_by_key: HashMap<String, Vec<(usize, usize)>>,
-    pub(crate) by_condition_type: HashMap<String, usize>,
+    pub(crate) fields_by_key: LookupMap<String, Vec<(usize, usize)>>,
+    pub(crate) by_condition_type: LookupMap<String, usize>,
     /// Per keyed list (by position in [`ResourceRules::lists`]): key value ->
     /// (writer, position of the value in the writer's entries of that list).
-    pub(crate) by_entry_key: Vec<HashMap<String, (usize, usize)>>,
+    pub(crate) by_entry_key: Vec<LookupMap<String, (usize, usize)>>,
 }
 
 impl OwnerIndex {
@@ -162,7 +168,7 @@ impl OwnerIndex {
             by_entry_key: lists
                 .iter()
                 .map(|list| {
-                    let mut owners = HashMap::new();
+                    let mut owners = LookupMap::default();
                     for (w, writer) in writers.iter().enumerate() {
                         for (v, value) in writer.entries_of(&list.path).iter().enumerate() {
                             owners.insert(value.clone(), (w, v));

@@ -173,7 +173,7 @@ pub(crate) struct KeyedItems {
     pub(crate) member: String,
     /// The read values, each with the position of its owner among the
     /// resource's writers, where known.
-    pub(crate) values: std::collections::BTreeMap<String, Option<usize>>,
+    pub(crate) values: super::LookupMap<String, Option<usize>>,
 }
 
 impl PathTree {

@@ -462,7 +462,8 @@ fn a_keyed_list_and_its_writers_entries_compile() {
     // The list is read entry by entry: the entries of declared key values.
     let read = r.read_paths.child("parents").and_then(PathTree::keyed).unwrap();
     assert_eq!(read.member, "controllerName");
-    let values: Vec<(&str, Option<usize>)> = read.values.iter().map(|(v, o)| (v.as_str(), *o)).collect();
+    let mut values: Vec<(&str, Option<usize>)> = read.values.iter().map(|(v, o)| (v.as_str(), *o)).collect();
+    values.sort_unstable();
     assert_eq!(values, [(ENVOY, Some(0)), (ISTIO, Some(1)), ("odd=a,b;c:d'e", Some(1))]);
 }
 
