@@ -157,9 +157,10 @@ pub(crate) fn plain_string_end(text: &[u8], at: usize) -> Option<usize> {
 fn plain_run_end(text: &[u8], mut at: usize) -> Option<usize> {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
-    // Eight bytes at a time while none ends the run: the lowest flagged
-    // byte is exact (higher ones may be false alarms, and the byte loop
-    // below settles them).
+    // Eight bytes at a time while none ends the run. The lowest flagged
+    // byte is exact: a false alarm only comes from a borrow out of a lower
+    // byte that matched, so it is answered without a second look. The byte
+    // loop below reads only the last few bytes of the text.
     while let Some(eight) = text.get(at..at + 8) {
         let mut word = [0; 8];
         word.copy_from_slice(eight);
@@ -171,8 +172,7 @@ fn plain_run_end(text: &[u8], mut at: usize) -> Option<usize> {
         let backslash = backslash.wrapping_sub(ONES) & !backslash;
         let flagged = (control | quote | backslash) & HIGH;
         if flagged != 0 {
-            at += flagged.trailing_zeros() as usize / 8;
-            break;
+            return Some(at + flagged.trailing_zeros() as usize / 8);
         }
         at += 8;
     }
@@ -332,6 +332,17 @@ mod tests {
             if let Some(end) = value_end(text.as_bytes(), 0) {
                 prop_assert_eq!(serde_end(&text), Some(end));
             }
+        }
+
+        /// A string's plain run ends at the first quote, backslash or
+        /// control character, whatever follows it in its word of eight.
+        #[test]
+        fn a_plain_run_ends_at_the_first_special_byte(
+            text in prop::collection::vec(prop::sample::select(vec![0u8, 0x1f, 0x20, 0x21, b'"', b'#', b'\\', b']', 0x7f, 0x80, 0xff, b'a']), 0..40),
+            at in 0usize..40,
+        ) {
+            let expected = text.iter().skip(at).position(|&b| b < 0x20 || b == b'"' || b == b'\\').map(|i| at + i);
+            prop_assert_eq!(plain_run_end(&text, at), expected);
         }
 
         /// On values serde_json writes, it answers, and at their end.
