@@ -424,7 +424,7 @@ fn read_status<'b>(
     kept: bool,
 ) -> Result<(Captured<'b>, &'b str, SpansByKey<'b>), Unread> {
     if paths.is_whole() || paths.keyed().is_some() || cursor.peek() != Some(b'{') {
-        let (captured, text) = cursor.value(Capture(paths, writer))?;
+        let (captured, text) = capture(cursor, paths, writer)?;
         return Ok((captured, text, SpansByKey::default()));
     }
     let first_members = match first_captured {
@@ -468,14 +468,8 @@ fn read_status<'b>(
                     Some(keyed) if !child.is_whole() && cursor.peek() == Some(b'[') => {
                         read_items(cursor, (keyed, writer), first_items, spans.kept)
                     }
-                    // A value read whole is only moved past: its text is
-                    // what is captured (as `Capture` captures it).
-                    _ if child.is_whole() => {
-                        let text = cursor.skip()?;
-                        Ok((Captured::whole(child, writer, text), text, Vec::new()))
-                    }
                     _ => {
-                        let (captured, text) = cursor.value(Capture(child, writer))?;
+                        let (captured, text) = capture(cursor, child, writer)?;
                         Ok((captured, text, Vec::new()))
                     }
                 })?;
@@ -491,6 +485,21 @@ fn read_status<'b>(
         Ok(())
     })?;
     Ok((Captured::Object(members), cursor.since(start), spans.spans))
+}
+
+/// The value here captured on `paths` as [`Capture`] captures it, and its
+/// text. A value read whole is only moved past with [`Cursor::skip`]: its
+/// text is what is captured.
+fn capture<'b>(
+    cursor: &mut Cursor<'b>,
+    paths: &PathTree,
+    writer: Option<usize>,
+) -> Result<(Captured<'b>, &'b str), Unread> {
+    if paths.is_whole() {
+        let text = cursor.skip()?;
+        return Ok((Captured::whole(paths, writer, text), text));
+    }
+    cursor.value(Capture(paths, writer))
 }
 
 /// A list read item by item, as [`Capture`] reads it. In the object read
