@@ -36,6 +36,13 @@ fn benches(c: &mut Criterion) {
     group.bench_function("parse (narrow review)", |b| {
         b.iter(|| parse_request(black_box(&stale)).expect("valid").uid.len())
     });
+    // The single pass checks the body as UTF-8 once, with simdutf8.
+    group.bench_function("utf-8 check (std)", |b| {
+        b.iter(|| std::str::from_utf8(black_box(&stale)).is_ok())
+    });
+    group.bench_function("utf-8 check (simdutf8)", |b| {
+        b.iter(|| simdutf8::basic::from_utf8(black_box(&stale)).is_ok())
+    });
     group.finish();
 
     let mut group = c.benchmark_group("decide");

@@ -96,7 +96,8 @@ pub(crate) type Read<'b> = (ReviewRequest<'b>, Option<ProjectedStatuses>);
 pub(crate) fn read<'b, 't>(body: &'b [u8], plan: impl Fn(&RequestHead<'_>) -> Option<Reading<'t>>) -> Option<Read<'b>> {
     // Checked as UTF-8 once, here, rather than string by string as it is
     // read: the text the status is projected from is then known to be valid.
-    // simdutf8 checks the fixture's 35 KB in a quarter of std's time.
+    // simdutf8 checks the fixture's 35 KB in half of std's time (0.30
+    // against 0.62 µs: `cargo bench --bench decision -- utf-8`).
     let text = simdutf8::basic::from_utf8(body).ok()?;
     let mut cursor = Cursor::new(text);
     let read = envelope(&mut cursor, &plan).ok()?;
