@@ -25,7 +25,10 @@
 const MAX_DEPTH: u32 = 64;
 
 /// Bytes that end a string's plain run: `"`, `\` and the control
-/// characters JSON forbids in a string (U+0000 to U+001F).
+/// characters JSON forbids in a string (U+0000 to U+001F). Only the last
+/// few bytes of a text are looked up here, yet a `matches!` in its place
+/// made the whole skip slower (the route's denial 62.8 -> 68.8 µs in
+/// process, from how the loops around it were compiled): measured, kept.
 const fn string_specials() -> [bool; 256] {
     let mut table = [false; 256];
     let mut byte = 0;
