@@ -1,5 +1,6 @@
 //! The pure decision, and the whole request path without HTTP (read,
-//! decide, encode; in one pass and in two), on a 16 KiB Widget with 4 writers,
+//! decide, encode; in one pass and in two), on a 16 KiB Widget with 4 writers
+//! (also with its large `endpoints` list owned),
 //! on a Gateway API route of 32 parents of 8 conditions each, and on a
 //! review with 10,000 condition items of one type, reordered.
 //!
@@ -13,6 +14,11 @@ use statusguard::admission::decide::{Endpoint, Outcome};
 use statusguard::admission::wire::{encode_response, parse_request};
 use statusguard::ownership::Ownership;
 use std::hint::black_box;
+
+/// The allocator the statusguard binary runs on: a decision allocates, and
+/// glibc's malloc costs it more than the server pays.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn benches(c: &mut Criterion) {
     let rules = Ownership::from_yaml(&common::ownership()).expect("the benchmark rules are valid");
@@ -82,6 +88,35 @@ fn benches(c: &mut Criterion) {
             let request = parse_request(black_box(&stale)).expect("valid");
             let mut decision = decide_request(&rules, &request, Endpoint::Mutate).expect("decided");
             encode_response(&mut decision.response).expect("encoded")
+        })
+    });
+    group.finish();
+
+    // Issue 25: the same stale write, its 120 `endpoints` owned by a fourth
+    // writer (alice) and unchanged by the write; the whole path of `answer`,
+    // as `LOAD_SWEEP=owned` drives it through the server.
+    let owned = common::ownership().replace("fields: [notes]", "fields: [notes, endpoints]");
+    assert!(
+        owned.contains("endpoints"),
+        "the fixture names alice's fields as expected"
+    );
+    let owned_enforce =
+        Ownership::from_yaml(&owned.replace("mode: trim", "mode: enforce")).expect("the benchmark rules are valid");
+    let owned_trim = Ownership::from_yaml(&owned).expect("the benchmark rules are valid");
+    let mut group = c.benchmark_group("endpoints owned");
+    group.throughput(criterion::Throughput::Bytes(stale.len() as u64));
+    group.bench_function("validate, stale write (denied)", |b| {
+        b.iter(|| {
+            answer(Some(&owned_enforce), black_box(&stale), Endpoint::Validate)
+                .body
+                .len()
+        })
+    });
+    group.bench_function("mutate, stale write (trimmed)", |b| {
+        b.iter(|| {
+            answer(Some(&owned_trim), black_box(&stale), Endpoint::Mutate)
+                .body
+                .len()
         })
     });
     group.finish();
