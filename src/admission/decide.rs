@@ -13,6 +13,7 @@
 //! type by its list items in any order.
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 
 use kube::core::admission::AdmissionResponse;
 use kube::core::response::StatusSummary;
@@ -451,18 +452,20 @@ fn violations_in(
 }
 
 fn deny_conflict(allow: AdmissionResponse, writer: &str, violations: &[Violation]) -> AdmissionResponse {
-    let mut listed: Vec<String> = violations
-        .iter()
-        .take(MESSAGE_ITEMS)
-        .map(Violation::to_string)
-        .collect();
-    if violations.len() > MESSAGE_ITEMS {
-        listed.push(format!("and {} more", violations.len() - MESSAGE_ITEMS));
-    }
-    let message = format!(
-        "statusguard: {writer} may not change status fields owned by other writers: {}",
-        listed.join(", ")
+    // Written into one string, sized for the usual few violations: the
+    // message is built for every denial. (Writing to a String cannot fail.)
+    let mut message = String::with_capacity(512);
+    let _ = write!(
+        message,
+        "statusguard: {writer} may not change status fields owned by other writers: "
     );
+    for (at, violation) in violations.iter().take(MESSAGE_ITEMS).enumerate() {
+        let separator = if at == 0 { "" } else { ", " };
+        let _ = write!(message, "{separator}{violation}");
+    }
+    if violations.len() > MESSAGE_ITEMS {
+        let _ = write!(message, ", and {} more", violations.len() - MESSAGE_ITEMS);
+    }
     let mut response = allow.deny(message);
     // 409 makes client-go's and kube-rs's conflict handling refetch and retry,
     // which is exactly the recovery from writing a stale copy.
