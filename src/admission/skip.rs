@@ -130,9 +130,8 @@ fn past_key(text: &[u8], at: usize) -> Option<usize> {
 #[inline(always)]
 fn string_end(text: &[u8], mut at: usize) -> Option<usize> {
     loop {
-        let (end, byte) = plain_run_end(text, at)?;
-        at = end;
-        match byte {
+        at = plain_run_end(text, at)?;
+        match text[at] {
             b'"' => return Some(at + 1),
             b'\\' => match *text.get(at + 1)? {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
@@ -151,17 +150,14 @@ fn string_end(text: &[u8], mut at: usize) -> Option<usize> {
 /// control character, or no end.
 #[inline(always)]
 pub(crate) fn plain_string_end(text: &[u8], at: usize) -> Option<usize> {
-    let (end, byte) = plain_run_end(text, at)?;
-    (byte == b'"').then_some(end + 1)
+    let end = plain_run_end(text, at)?;
+    (text[end] == b'"').then_some(end + 1)
 }
 
 /// The first byte from `at` on that ends a string's plain run (a quote, a
-/// backslash or a control character), if there is one, and that byte. The
-/// byte is taken from the word it was found in rather than read again: what
-/// follows depends on it (the review with its endpoints owned was denied in
-/// 3 % less time in process so: BENCHMARKS.md, af8fa1c).
+/// backslash or a control character), if there is one.
 #[inline(always)]
-fn plain_run_end(text: &[u8], mut at: usize) -> Option<(usize, u8)> {
+fn plain_run_end(text: &[u8], mut at: usize) -> Option<usize> {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
     // Eight bytes at a time while none ends the run. The lowest flagged
@@ -179,18 +175,14 @@ fn plain_run_end(text: &[u8], mut at: usize) -> Option<(usize, u8)> {
         let backslash = backslash.wrapping_sub(ONES) & !backslash;
         let flagged = (control | quote | backslash) & HIGH;
         if flagged != 0 {
-            let bit = flagged.trailing_zeros() & !7;
-            return Some((at + bit as usize / 8, (word >> bit) as u8));
+            return Some(at + flagged.trailing_zeros() as usize / 8);
         }
         at += 8;
     }
-    loop {
-        let byte = *text.get(at)?;
-        if STRING_SPECIAL[usize::from(byte)] {
-            return Some((at, byte));
-        }
+    while !STRING_SPECIAL[usize::from(*text.get(at)?)] {
         at += 1;
     }
+    Some(at)
 }
 
 #[inline(always)]
@@ -353,7 +345,7 @@ mod tests {
             at in 0usize..40,
         ) {
             let expected = text.iter().skip(at).position(|&b| b < 0x20 || b == b'"' || b == b'\\').map(|i| at + i);
-            prop_assert_eq!(plain_run_end(&text, at), expected.map(|end| (end, text[end])));
+            prop_assert_eq!(plain_run_end(&text, at), expected);
         }
 
         /// On values serde_json writes, it answers, and at their end.
