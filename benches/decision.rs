@@ -95,11 +95,7 @@ fn benches(c: &mut Criterion) {
     // Issue 25: the same stale write, its 120 `endpoints` owned by a fourth
     // writer (alice) and unchanged by the write; the whole path of `answer`,
     // as `LOAD_SWEEP=owned` drives it through the server.
-    let owned = common::ownership().replace("fields: [notes]", "fields: [notes, endpoints]");
-    assert!(
-        owned.contains("endpoints"),
-        "the fixture names alice's fields as expected"
-    );
+    let owned = common::ownership_endpoints_owned();
     let owned_enforce =
         Ownership::from_yaml(&owned.replace("mode: trim", "mode: enforce")).expect("the benchmark rules are valid");
     let owned_trim = Ownership::from_yaml(&owned).expect("the benchmark rules are valid");

@@ -11,6 +11,14 @@ pub fn ownership() -> String {
     include_str!("../../tests/fixtures/ownership.yaml").replace("mode: enforce", "mode: trim")
 }
 
+/// [`ownership`] with the status's largest value, `endpoints`, owned by a
+/// fourth writer (alice), whom the stale write does not concern (issue 25).
+pub fn ownership_endpoints_owned() -> String {
+    let owned = ownership().replace("fields: [notes]", "fields: [notes, endpoints]");
+    assert_ne!(owned, ownership(), "the fixture names alice's fields as expected");
+    owned
+}
+
 /// The shape of a benchmark review.
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {
