@@ -20,6 +20,11 @@
 //! server runs as its own process: statusguard is the real binary, the null
 //! webhook is this executable run with `--serve-null` (the same rustls, hyper
 //! and axum stack and accept loop, answering a constant without parsing).
+//! Each statusguard row also gives its mean time in the decision over the
+//! run, from its own `statusguard_admission_duration_seconds` (read on its
+//! admin port before and after, outside the CPU window): what of its CPU per
+//! review is the decision, and what is the rest (the stack, the metrics,
+//! waking the load generator).
 
 mod common;
 
@@ -69,6 +74,8 @@ fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
 struct ServerProcess {
     child: Child,
     port: u16,
+    /// statusguard's admin port, where its own metrics are read.
+    admin: Option<u16>,
 }
 
 impl Drop for ServerProcess {
@@ -81,6 +88,7 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     fn start(kind: &str, dir: &Path, rules: &Path, server_args: &[&str]) -> Result<Self, Error> {
         let port = free_port()?;
+        let mut admin = None;
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         let mut command = Command::new("taskset");
         command.args(["-c", "0"]);
@@ -94,13 +102,15 @@ impl ServerProcess {
                     .arg(&key);
             }
             _ => {
+                let admin_port = free_port()?;
+                admin = Some(admin_port);
                 command
                     .arg(env!("CARGO_BIN_EXE_statusguard"))
                     .arg("serve")
                     .arg("--ownership")
                     .arg(rules)
                     .args(["--listen", &format!("127.0.0.1:{port}")])
-                    .args(["--admin-listen", &format!("127.0.0.1:{}", free_port()?)])
+                    .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
                     .arg("--tls-cert")
                     .arg(&cert)
                     .arg("--tls-key")
@@ -110,7 +120,7 @@ impl ServerProcess {
             }
         }
         let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn()?;
-        let server = Self { child, port };
+        let server = Self { child, port, admin };
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return Ok(server);
@@ -129,6 +139,33 @@ impl ServerProcess {
         // Fields 14 and 15 of stat(5) are the 12th and 13th after the name.
         let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
         Ok(ticks / clock_ticks()?)
+    }
+
+    /// statusguard's own account of its decisions so far: the sum (seconds)
+    /// and count of `statusguard_admission_duration_seconds` on its admin
+    /// port, over every endpoint. `None` for the null webhook.
+    fn decisions(&self) -> Result<Option<(f64, f64)>, Error> {
+        use std::io::{Read as _, Write as _};
+        let Some(admin) = self.admin else {
+            return Ok(None);
+        };
+        let mut connection = std::net::TcpStream::connect(("127.0.0.1", admin))?;
+        connection.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+        let mut text = String::new();
+        connection.read_to_string(&mut text)?;
+        let (mut sum, mut count) = (0.0, 0.0);
+        for line in text.lines() {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = name.split('{').next().unwrap_or_default();
+            match name {
+                "statusguard_admission_duration_seconds_sum" => sum += value.parse::<f64>()?,
+                "statusguard_admission_duration_seconds_count" => count += value.parse::<f64>()?,
+                _ => {}
+            }
+        }
+        Ok(Some((sum, count)))
     }
 
     fn rss_kib(&self) -> Result<u64, Error> {
@@ -197,6 +234,9 @@ struct Measured {
     p99_ms: f64,
     failed: f64,
     rss_mib: f64,
+    /// statusguard's mean time in the decision over the run, by its own
+    /// histogram: the part of the CPU per review that is not the stack.
+    decision_us: Option<f64>,
 }
 
 fn run(
@@ -247,9 +287,16 @@ fn run(
         };
         command.arg(url);
     }
+    let decisions_before = server.decisions()?;
     let before = server.cpu_seconds()?;
     let output = command.output()?;
     let after = server.cpu_seconds()?;
+    let decision_us = match (decisions_before, server.decisions()?) {
+        (Some((sum_before, count_before)), Some((sum, count))) if count > count_before => {
+            Some((sum - sum_before) / (count - count_before) * 1e6)
+        }
+        _ => None,
+    };
     let text = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(format!("h2load failed: {text}{}", String::from_utf8_lossy(&output.stderr)).into());
@@ -284,6 +331,7 @@ fn run(
         p99_ms: pick(0.99),
         failed,
         rss_mib: server.rss_kib()? as f64 / 1024.0,
+        decision_us,
     })
 }
 
@@ -337,7 +385,7 @@ impl Bench {
             let n = run(&null, body, path, load, self.seconds, self.dir.path())?;
             let s = run(&guard, body, path, load, self.seconds, self.dir.path())?;
             println!(
-                "{what:<34} {:<36} null {:>7.0}/s {:>6.1} µs CPU p50 {:>5.2} p99 {:>5.2} ms | statusguard {:>7.0}/s {:>6.1} µs CPU p50 {:>5.2} p99 {:>5.2} ms rss {:>4.1} MiB (idle {:.1}) failed {} | CPU ratio {:.2}",
+                "{what:<34} {:<36} null {:>7.0}/s {:>6.1} µs CPU p50 {:>5.2} p99 {:>5.2} ms | statusguard {:>7.0}/s {:>6.1} µs CPU (decision {}) p50 {:>5.2} p99 {:>5.2} ms rss {:>4.1} MiB (idle {:.1}) failed {} | CPU ratio {:.2}",
                 load.label(),
                 n.per_second,
                 n.cpu_per_review_us,
@@ -345,6 +393,7 @@ impl Bench {
                 n.p99_ms,
                 s.per_second,
                 s.cpu_per_review_us,
+                s.decision_us.map_or_else(|| "?".to_owned(), |us| format!("{us:.1} µs")),
                 s.p50_ms,
                 s.p99_ms,
                 s.rss_mib,
