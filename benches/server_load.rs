@@ -287,11 +287,12 @@ fn run(
         };
         command.arg(url);
     }
-    let decisions_before = server.decisions()?;
+    // A figure that cannot be read is left out ("?"), not a reason to stop the sweep.
+    let decisions_before = server.decisions().ok().flatten();
     let before = server.cpu_seconds()?;
     let output = command.output()?;
     let after = server.cpu_seconds()?;
-    let decision_us = match (decisions_before, server.decisions()?) {
+    let decision_us = match (decisions_before, server.decisions().ok().flatten()) {
         (Some((sum_before, count_before)), Some((sum, count))) if count > count_before => {
             Some((sum - sum_before) / (count - count_before) * 1e6)
         }
