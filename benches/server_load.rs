@@ -88,12 +88,16 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     fn start(kind: &str, dir: &Path, rules: &Path, server_args: &[&str]) -> Result<Self, Error> {
         let port = free_port()?;
-        let mut admin = None;
+        // statusguard has an admin port, where its own metrics are read.
+        let admin = match kind {
+            "null" => None,
+            _ => Some(free_port()?),
+        };
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         let mut command = Command::new("taskset");
         command.args(["-c", "0"]);
-        match kind {
-            "null" => {
+        match admin {
+            None => {
                 command
                     .arg(std::env::current_exe()?)
                     .arg("--serve-null")
@@ -101,16 +105,14 @@ impl ServerProcess {
                     .arg(&cert)
                     .arg(&key);
             }
-            _ => {
-                let admin_port = free_port()?;
-                admin = Some(admin_port);
+            Some(admin) => {
                 command
                     .arg(env!("CARGO_BIN_EXE_statusguard"))
                     .arg("serve")
                     .arg("--ownership")
                     .arg(rules)
                     .args(["--listen", &format!("127.0.0.1:{port}")])
-                    .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+                    .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
                     .arg("--tls-cert")
                     .arg(&cert)
                     .arg("--tls-key")
