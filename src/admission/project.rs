@@ -379,39 +379,17 @@ fn pair(
             (Some(Value::Object(old_map)), Some(Value::Object(new_map)))
         }
         (Captured::Items(o), Captured::Items(n)) => {
-            let unchanged = unchanged_keys(o, n);
-            let proven: BTreeSet<&str> = match proving {
-                Some(p) => {
-                    let mut proven = proven_changed(o, n, &unchanged, p.restore);
-                    if p.restore {
-                        // What a restore writes back: the old items' text,
-                        // never built.
-                        for item in o.iter().flatten() {
-                            if let Some(group) = proven.get_mut(item.key.as_ref()) {
-                                group
-                                    .old_items
-                                    .push(item_text(item, depth).map_err(|e| (Side::Old, e))?);
-                            }
-                        }
-                    }
-                    let keys = proven.keys().copied().collect();
-                    if !proven.is_empty() {
-                        // Moved, not copied: the text is counted once.
-                        let groups = p.changed.0.entry(p.path.clone()).or_default();
-                        groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
-                    }
-                    keys
-                }
-                None => BTreeSet::new(),
+            let left_out = if aligned(o, n) {
+                LeftOut::ByIndex(aligned_left_out(o, n, depth, proving)?)
+            } else {
+                LeftOut::ByKey(grouped_left_out(o, n, depth, proving)?)
             };
             let list = |items: &[Option<CapturedItem<'_>>], side| {
                 let mut built = Vec::with_capacity(items.len());
-                for item in items {
+                for (index, item) in items.iter().enumerate() {
                     built.push(match item {
-                        Some(item) if unchanged.contains(item.key.as_ref()) => Value::Null,
-                        Some(item) if proven.contains(item.key.as_ref()) => Value::Null,
-                        Some(item) => build_item(item, depth).map_err(|e| (side, e))?,
-                        None => Value::Null,
+                        Some(item) if !left_out.holds(index, item) => build_item(item, depth).map_err(|e| (side, e))?,
+                        _ => Value::Null,
                     });
                 }
                 Ok::<_, (Side, ProjectError)>(Value::Array(built))
@@ -423,6 +401,136 @@ fn pair(
             Some(build(n, depth).map_err(|e| (Side::New, e))?),
         ),
     })
+}
+
+/// The items of two lists read item by item that are left out of both
+/// projections: unchanged, or proven changed (named in [`Proving`]).
+enum LeftOut<'a> {
+    /// By index, for [`aligned`] lists.
+    ByIndex(Vec<bool>),
+    /// By key value.
+    ByKey(BTreeSet<&'a str>),
+}
+
+impl LeftOut<'_> {
+    fn holds(&self, index: usize, item: &CapturedItem<'_>) -> bool {
+        match self {
+            LeftOut::ByIndex(out) => out.get(index).copied().unwrap_or(false),
+            LeftOut::ByKey(keys) => keys.contains(item.key.as_ref()),
+        }
+    }
+}
+
+/// Whether two lists read item by item hold the same read keys at the same
+/// places, each key once: the shape of a controller's write (it rewrites
+/// its conditions, its entries, in place). Each key's group is then the two
+/// items at one index, and [`aligned_left_out`] answers without grouping
+/// what [`grouped_left_out`] answers by grouping.
+fn aligned(old: &[Option<CapturedItem<'_>>], new: &[Option<CapturedItem<'_>>]) -> bool {
+    if old.len() != new.len() {
+        return false;
+    }
+    let mut keys = Vec::with_capacity(old.len());
+    for pair in old.iter().zip(new) {
+        match pair {
+            (Some(a), Some(b)) if a.key == b.key => keys.push(a.key.as_ref()),
+            (None, None) => {}
+            _ => return false,
+        }
+    }
+    keys.sort_unstable();
+    keys.windows(2).all(|w| w[0] != w[1])
+}
+
+/// [`grouped_left_out`] for [`aligned`] lists, by index: a group is one old
+/// and one new item, so its items are unchanged where their text is the
+/// same, and proven changed where the fingerprints of the two differ (at
+/// the place their text first differs, or whole); no map, no sort.
+fn aligned_left_out(
+    old: &[Option<CapturedItem<'_>>],
+    new: &[Option<CapturedItem<'_>>],
+    depth: Depth,
+    proving: Option<&mut Proving>,
+) -> Result<Vec<bool>, (Side, ProjectError)> {
+    let mut out = Vec::with_capacity(old.len());
+    let mut proven = Vec::new();
+    for (index, pair) in old.iter().zip(new).enumerate() {
+        let (Some(a), Some(b)) = pair else {
+            out.push(false);
+            continue;
+        };
+        let left_out = if a.same_text(b) {
+            true
+        } else if let Some(p) = proving.as_deref()
+            && proven_one(a, b)
+        {
+            let mut group = ChangedGroup::default();
+            if p.restore {
+                // The only new item of the group is not its old one: its
+                // text differs, and a fingerprint says so.
+                group.new_items.push((index, false));
+                group.old_items.push(item_text(a, depth).map_err(|e| (Side::Old, e))?);
+            }
+            proven.push((a.key.as_ref(), group));
+            true
+        } else {
+            false
+        };
+        out.push(left_out);
+    }
+    if let Some(p) = proving
+        && !proven.is_empty()
+    {
+        let groups = p.changed.0.entry(p.path.clone()).or_default();
+        groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
+    }
+    Ok(out)
+}
+
+/// Whether the fingerprints of two items prove them different, as
+/// [`proven_changed`] proves a group of one old and one new item.
+fn proven_one(old: &CapturedItem<'_>, new: &CapturedItem<'_>) -> bool {
+    let differ = |path: &[fingerprint::Step<'_>]| {
+        matches!(
+            (fingerprint::at_path(&old.members, path), fingerprint::at_path(&new.members, path)),
+            (Some(a), Some(b)) if a != b
+        )
+    };
+    let path = fingerprint::first_difference(&old.members, &new.members).unwrap_or_default();
+    (!path.is_empty() && differ(&path)) || differ(&[])
+}
+
+/// The key values whose items are left out of both projections: those
+/// whose items are the same text, in the same order ([`unchanged_keys`]),
+/// and, when proving, those proven changed (named in `proving`, with what
+/// a restore needs).
+fn grouped_left_out<'a>(
+    old: &'a [Option<CapturedItem<'_>>],
+    new: &'a [Option<CapturedItem<'_>>],
+    depth: Depth,
+    proving: Option<&mut Proving>,
+) -> Result<BTreeSet<&'a str>, (Side, ProjectError)> {
+    let mut left_out = unchanged_keys(old, new);
+    if let Some(p) = proving {
+        let mut proven = proven_changed(old, new, &left_out, p.restore);
+        if p.restore {
+            // What a restore writes back: the old items' text, never built.
+            for item in old.iter().flatten() {
+                if let Some(group) = proven.get_mut(item.key.as_ref()) {
+                    group
+                        .old_items
+                        .push(item_text(item, depth).map_err(|e| (Side::Old, e))?);
+                }
+            }
+        }
+        left_out.extend(proven.keys().copied());
+        if !proven.is_empty() {
+            // Moved, not copied: the text is counted once.
+            let groups = p.changed.0.entry(p.path.clone()).or_default();
+            groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
+        }
+    }
+    Ok(left_out)
 }
 
 /// The key values, of two lists read item by item, whose items their
@@ -1191,6 +1299,120 @@ mod tests {
             capture_status(raw, &tree, None, Depth::Bounded),
             Err(ProjectError::TooLarge)
         ));
+    }
+
+    /// A value's text among a few that share values in other text
+    /// (`1` and `1.0`, escapes, member order, nulls), nest, or cannot be
+    /// built (`1e400`).
+    fn member_value() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "1",
+            "1.0",
+            "2",
+            "null",
+            r#""x""#,
+            r#""\u0078""#,
+            r#"[1,{"a":null}]"#,
+            "[1,{}]",
+            r#"{"b":1,"c":2}"#,
+            r#"{"c":2,"b":1}"#,
+            "1e400",
+        ])
+    }
+
+    /// An item's members after its `type`: keys from a few, so that some
+    /// are written twice.
+    fn item_members() -> impl proptest::strategy::Strategy<Value = Vec<(&'static str, &'static str)>> {
+        use proptest::prelude::*;
+        prop::collection::vec((prop::sample::select(vec!["s", "m", "n"]), member_value()), 0..4)
+    }
+
+    fn item_text_of(ty: &str, members: &[(&str, &str)]) -> String {
+        let members: String = members.iter().map(|(k, v)| format!(r#","{k}":{v}"#)).collect();
+        format!(r#"{{"type":"{ty}"{members}}}"#)
+    }
+
+    proptest::proptest! {
+        // Cheap cases, and the ones that tell the two apart (a first
+        // difference of equal value before another) are rare: many.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// Lists whose items keep their places, each key once (the usual
+        /// write), are left out by index exactly as grouping by key leaves
+        /// them out: the same items, the same groups named, the same old
+        /// items' text for a restore, the same error.
+        #[test]
+        fn aligned_lists_are_left_out_as_grouping_leaves_them(
+            items in proptest::collection::vec(
+                (proptest::sample::select(vec!["A", "B", "C", "D", "E"]), item_members(),
+                 proptest::option::of(item_members()), proptest::collection::vec((0..4usize, member_value()), 0..3)),
+                0..6,
+            ),
+        ) {
+            // A new item is its old one, other members, or (most often) the
+            // old one with some values replaced.
+            let items: Vec<_> = items
+                .into_iter()
+                .map(|(ty, old, other, replaced)| {
+                    let new = other.or_else(|| {
+                        let mut new = old.clone();
+                        for (at, value) in &replaced {
+                            if let Some(member) = new.get_mut(*at) {
+                                member.1 = value;
+                            }
+                        }
+                        (!replaced.is_empty()).then_some(new)
+                    });
+                    (ty, old, new)
+                })
+                .collect();
+            let conditions = FieldPath::parse("conditions").unwrap();
+            // `E` is nobody's: its items are not read.
+            let tree = PathTree::with_conditions([], &conditions, ["A", "B", "C", "D"].map(str::to_owned));
+            let mut seen = BTreeSet::new();
+            let items: Vec<_> = items.into_iter().filter(|(ty, _, _)| seen.insert(*ty)).collect();
+            let list = |new: bool| {
+                let texts: Vec<String> = items
+                    .iter()
+                    .map(|(ty, old, changed)| item_text_of(ty, if new { changed.as_ref().unwrap_or(old) } else { old }))
+                    .collect();
+                format!(r#"{{"conditions":[{}]}}"#, texts.join(","))
+            };
+            let (old_text, new_text) = (list(false), list(true));
+            let (old_raw, new_raw): (&RawValue, &RawValue) =
+                (serde_json::from_str(&old_text).unwrap(), serde_json::from_str(&new_text).unwrap());
+            let captured = |raw| match capture_status(raw, &tree, None, Depth::Bounded).unwrap() {
+                Some(Captured::Object(mut members)) => match members.pop() {
+                    Some((_, Captured::Items(items))) => items,
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            };
+            let (old, new) = (captured(old_raw), captured(new_raw));
+            proptest::prop_assert!(aligned(&old, &new));
+            for restore in [None, Some(false), Some(true)] {
+                let proving = || restore.map(|restore| Proving { path: vec!["conditions".to_owned()], restore, ..Proving::default() });
+                let (mut by_index_proving, mut by_key_proving) = (proving(), proving());
+                let by_index = aligned_left_out(&old, &new, Depth::Bounded, by_index_proving.as_mut());
+                let by_key = grouped_left_out(&old, &new, Depth::Bounded, by_key_proving.as_mut());
+                match (by_index, by_key) {
+                    (Ok(by_index), Ok(by_key)) => {
+                        let by_key: Vec<bool> = old
+                            .iter()
+                            .map(|item| item.as_ref().is_some_and(|item| by_key.contains(item.key.as_ref())))
+                            .collect();
+                        proptest::prop_assert_eq!(by_index, by_key, "{:?}", restore);
+                    }
+                    (Err((a, _)), Err((b, _))) => proptest::prop_assert_eq!(a, b),
+                    (a, b) => proptest::prop_assert!(false, "{:?}: {:?} against {:?}", restore, a, b),
+                }
+                proptest::prop_assert_eq!(
+                    by_index_proving.map(|p| p.changed),
+                    by_key_proving.map(|p| p.changed),
+                    "{:?}", restore
+                );
+            }
+        }
     }
 
     #[test]
