@@ -25,6 +25,15 @@
 //! admin port before and after, outside the CPU window): what of its CPU per
 //! review is the decision, and what is the rest (the stack, the metrics,
 //! waking the load generator).
+//!
+//! The first lines say how the machine's idle cores wait. On a VM guest
+//! whose idle cores halt at once (cpuidle `haltpoll` with
+//! `guest_halt_poll_ns` 0), the send that wakes an idle h2load costs the
+//! sender an IPI, several µs in the sender's CPU; only the slower server
+//! pays it, since h2load never idles against the faster one. Bare metal's
+//! idle (`mwait`) is woken by a store, and so is a halt-polling guest's:
+//!
+//!     echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns  # as root; 0 to restore
 
 mod common;
 
@@ -41,6 +50,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// How this machine's idle cores wait (see the module's documentation).
+fn idle_policy() -> String {
+    let read = |path: &str| std::fs::read_to_string(path).map(|s| s.trim().to_owned()).ok();
+    match read("/sys/devices/system/cpu/cpuidle/current_driver") {
+        Some(driver) if driver == "haltpoll" => {
+            let poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns").unwrap_or_else(|| "?".to_owned());
+            format!("cpuidle haltpoll, guest_halt_poll_ns {poll}")
+        }
+        Some(driver) => format!("cpuidle {driver}"),
+        None => "cpuidle unknown".to_owned(),
+    }
 }
 
 /// The null webhook, when this executable is run as the server.
@@ -436,6 +458,7 @@ fn main() -> Result<(), Error> {
     let trim_rules = bench.file("ownership-trim.yaml", common::ownership().as_bytes())?;
     let stale = bench.file("stale.json", &common::review(true))?;
     println!("review: {} bytes", std::fs::metadata(&stale)?.len());
+    println!("idle cores: {}", idle_policy());
     let h1 = Load::Http1 { connections: 8 };
     let h2 = Load::Http2 {
         connections: 4,
