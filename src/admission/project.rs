@@ -1390,6 +1390,16 @@ mod tests {
             };
             let (old, new) = (captured(old_raw), captured(new_raw));
             proptest::prop_assert!(aligned(&old, &new));
+            // Moved, missing or doubled keys are left to grouping.
+            let read: Vec<_> = old.iter().filter(|item| item.is_some()).cloned().collect();
+            if read.len() >= 2 {
+                let mut moved = read.clone();
+                moved.rotate_left(1);
+                proptest::prop_assert!(!aligned(&read, &moved));
+                proptest::prop_assert!(!aligned(&read, &read[1..]));
+                let doubled = [read.clone(), read.clone()].concat();
+                proptest::prop_assert!(!aligned(&doubled, &doubled));
+            }
             for restore in [None, Some(false), Some(true)] {
                 let proving = || restore.map(|restore| Proving { path: vec!["conditions".to_owned()], restore, ..Proving::default() });
                 let (mut by_index_proving, mut by_key_proving) = (proving(), proving());
