@@ -338,6 +338,18 @@ struct Proving {
     restore: bool,
 }
 
+impl Proving {
+    /// Names the groups proven changed in the list at [`Proving::path`],
+    /// by key value. Moved, not copied: a restore's text is counted once.
+    fn name<'k>(&mut self, proven: impl IntoIterator<Item = (&'k str, ChangedGroup)>) {
+        let mut proven = proven.into_iter().peekable();
+        if proven.peek().is_some() {
+            let groups = self.changed.0.entry(self.path.clone()).or_default();
+            groups.extend(proven.map(|(k, g)| (k.to_owned(), g)));
+        }
+    }
+}
+
 /// Both sides of one captured value, each `None` where it is left out.
 fn pair(
     old: &Captured<'_>,
@@ -478,11 +490,8 @@ fn aligned_left_out(
         };
         out.push(left_out);
     }
-    if let Some(p) = proving
-        && !proven.is_empty()
-    {
-        let groups = p.changed.0.entry(p.path.clone()).or_default();
-        groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
+    if let Some(p) = proving {
+        p.name(proven);
     }
     Ok(out)
 }
@@ -524,11 +533,7 @@ fn grouped_left_out<'a>(
             }
         }
         left_out.extend(proven.keys().copied());
-        if !proven.is_empty() {
-            // Moved, not copied: the text is counted once.
-            let groups = p.changed.0.entry(p.path.clone()).or_default();
-            groups.extend(proven.into_iter().map(|(k, g)| (k.to_owned(), g)));
-        }
+        p.name(proven);
     }
     Ok(left_out)
 }
