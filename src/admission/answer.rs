@@ -13,7 +13,7 @@
 
 use super::decide::{Decision, DecisionError, Endpoint, MAX_NESTING, Outcome, Plan, decide, decide_projected, plan};
 use super::managed_fields;
-use super::observe::{Copied, ReviewedWrite, observed_at};
+use super::observe::{Copied, ReviewedWrite, StatusTexts, observed_at};
 use super::one_pass::{self, Reading};
 use super::project::{Captured, Depth, ProjectError, Proofs, Side, capture_status, nesting_depth, realize};
 use super::wire::{ObjectView, RequestHead, ReviewError, ReviewRequest, encode_response, parse_request, refuse};
@@ -93,12 +93,11 @@ pub(crate) fn answer_observing(
     observe: bool,
 ) -> (Answer, Copied) {
     let read = match rules {
-        Some(rules) => {
-            read_and_decide_observing(rules, body, endpoint, observe).map(|(request, decided)| (request, Some(decided)))
-        }
-        None => parse_request(body).map(|request| (request, None)),
+        Some(rules) => read_and_decide_with_texts(rules, body, endpoint)
+            .map(|(request, texts, decided)| (request, texts, Some(decided))),
+        None => parse_request(body).map(|request| (request, StatusTexts::default(), None)),
     };
-    let (request, decided) = match read {
+    let (request, texts, decided) = match read {
         Ok(read) => read,
         Err(e) => {
             return (
@@ -120,7 +119,8 @@ pub(crate) fn answer_observing(
     let write = match &decided {
         Ok(decision) if decision.mode.is_some_and(|mode| observed_at(mode) == endpoint) => match observe {
             false => Copied::Declined,
-            true => ReviewedWrite::of(&request, rules).map_or(Copied::Nothing, |write| Copied::Write(Box::new(write))),
+            true => ReviewedWrite::of(&request, texts, rules)
+                .map_or(Copied::Nothing, |write| Copied::Write(Box::new(write))),
         },
         _ => Copied::Nothing,
     };
@@ -243,38 +243,38 @@ pub fn read_and_decide<'b>(
     body: &'b [u8],
     endpoint: Endpoint,
 ) -> Result<(ReviewRequest<'b>, Result<Decision, DecisionError>), ReviewError> {
-    read_and_decide_observing(rules, body, endpoint, false)
+    read_and_decide_with_texts(rules, body, endpoint).map(|(request, _, decided)| (request, decided))
 }
 
-/// [`read_and_decide`]; with `observe`, the statuses' text is kept in the
-/// request where the observer will read it.
-fn read_and_decide_observing<'b>(
+/// [`read_and_decide`], and the statuses' text as the reader found it (for
+/// the observer, which reads what the write changed from it: an observed
+/// write is read as fast as any other).
+fn read_and_decide_with_texts<'b>(
     rules: &Ownership,
     body: &'b [u8],
     endpoint: Endpoint,
-    observe: bool,
-) -> Result<(ReviewRequest<'b>, Result<Decision, DecisionError>), ReviewError> {
+) -> Result<(ReviewRequest<'b>, StatusTexts<'b>, Result<Decision, DecisionError>), ReviewError> {
     // Every value built from this body spends from one budget.
     let _budget = ValueBudget::enter(REVIEW_VALUE_BUDGET);
     let reading = |head: &RequestHead<'_>| match plan(rules, head, endpoint) {
         Plan::Read(resource_rules) => Some(Reading {
             paths: &resource_rules.read_paths,
-            keep_text: observe && observed_at(resource_rules.mode) == endpoint,
             writer: resource_rules.writer_position(head.user_info.name()),
             proofs: proofs(endpoint),
         }),
         Plan::Answer(_) | Plan::Refuse(_) => None,
     };
-    if let Some((request, statuses)) = one_pass::read(body, reading) {
+    if let Some((request, statuses, texts)) = one_pass::read(body, reading) {
         let decided = match &statuses {
             Some(statuses) => decide_projected(rules, &request.head(), endpoint, statuses),
             None => decide_request(rules, &request, endpoint),
         };
-        return Ok((request, decided));
+        return Ok((request, texts, decided));
     }
     let request = parse_request(body)?;
     let decided = decide_request(rules, &request, endpoint);
-    Ok((request, decided))
+    let texts = StatusTexts::of(&request);
+    Ok((request, texts, decided))
 }
 
 /// What changed items are proven changed by their fingerprints for, and

@@ -110,6 +110,27 @@ impl WriteFacts {
     }
 }
 
+/// The text of a review's two statuses, each `None` where its object or
+/// its status is absent or `null`: JSON the review's reader validated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StatusTexts<'b> {
+    /// `oldObject`'s status.
+    pub(crate) old: Option<&'b str>,
+    /// `object`'s status.
+    pub(crate) new: Option<&'b str>,
+}
+
+impl<'b> StatusTexts<'b> {
+    /// The statuses' text as the wire read them.
+    pub(crate) fn of(request: &ReviewRequest<'b>) -> Self {
+        let text = |o: &Option<ObjectView<'b>>| o.as_ref().and_then(|o| o.status).map(RawValue::get);
+        Self {
+            old: text(&request.old_object),
+            new: text(&request.object),
+        }
+    }
+}
+
 /// A status UPDATE of a guarded resource as the server keeps it until the
 /// observer reads it: the facts and the two statuses' JSON, copied out of
 /// the review so that its body is freed with the request.
@@ -117,14 +138,15 @@ impl WriteFacts {
 pub struct ReviewedWrite {
     /// What the review says about the write.
     pub facts: WriteFacts,
-    old_status: Option<Box<RawValue>>,
-    new_status: Option<Box<RawValue>>,
+    /// Validated JSON (see [`StatusTexts`]).
+    old_status: Option<Box<str>>,
+    new_status: Option<Box<str>>,
 }
 
 impl ReviewedWrite {
     /// The bytes this copy holds (its strings and statuses, not the struct).
     pub fn bytes(&self) -> usize {
-        let status = |s: &Option<Box<RawValue>>| s.as_ref().map_or(0, |r| r.get().len());
+        let status = |s: &Option<Box<str>>| s.as_ref().map_or(0, |r| r.len());
         self.facts.bytes() + status(&self.old_status) + status(&self.new_status)
     }
 }
@@ -141,16 +163,15 @@ pub struct ObservedWrite {
 
 impl ReviewedWrite {
     /// Copies a status UPDATE of a resource `rules` names out of a request
-    /// as it was read for the decision (the statuses as text: see
-    /// `one_pass`'s `keep_text`); `None` for any other request.
-    pub(crate) fn of(request: &ReviewRequest<'_>, rules: &Ownership) -> Option<Self> {
+    /// as it was read for the decision, with its statuses' `texts` as the
+    /// same reader found them; `None` for any other request.
+    pub(crate) fn of(request: &ReviewRequest<'_>, texts: StatusTexts<'_>, rules: &Ownership) -> Option<Self> {
         if !request.is_status_update() {
             return None;
         }
         // The group and resource are the configured ones: bounded by the rules.
         let resource = rules.resource(&request.resource.group, &request.resource.resource)?;
         let kept = |s: &str| cut_name(s).into_owned();
-        let status = |o: &Option<ObjectView<'_>>| o.as_ref().and_then(|o| o.status).map(ToOwned::to_owned);
         let facts = WriteFacts {
             writer: request.user_info.username.as_deref().map(kept).unwrap_or_default(),
             group: resource.group.clone(),
@@ -168,8 +189,8 @@ impl ReviewedWrite {
         };
         Some(Self {
             facts,
-            old_status: status(&request.old_object),
-            new_status: status(&request.object),
+            old_status: texts.old.map(Box::from),
+            new_status: texts.new.map(Box::from),
         })
     }
 }
@@ -217,11 +238,7 @@ pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWr
 /// The items a write changes, old status to new: each condition type whose
 /// item changed; each declared field path (any writer's) that changed; and
 /// each top-level field that changed outside the declared paths.
-fn changed_items(
-    rules: &ResourceRules,
-    old: Option<&RawValue>,
-    new: Option<&RawValue>,
-) -> Result<Vec<Item>, serde_json::Error> {
+fn changed_items(rules: &ResourceRules, old: Option<&str>, new: Option<&str>) -> Result<Vec<Item>, serde_json::Error> {
     let (old_members, new_members) = (members(old)?, members(new)?);
     let conditions_key = rules.conditions_path.segments().first().map(String::as_str);
     let declared: Vec<&FieldPath> = rules.writers.iter().flat_map(|w| &w.fields).collect();
@@ -360,9 +377,9 @@ fn names_a_writer(value: &str) -> bool {
 
 /// The top-level members of a status (none for an absent or null one, or
 /// one that is not an object).
-fn members(status: Option<&RawValue>) -> Result<BTreeMap<Cow<'_, str>, &RawValue>, serde_json::Error> {
+fn members(status: Option<&str>) -> Result<BTreeMap<Cow<'_, str>, &RawValue>, serde_json::Error> {
     match status {
-        Some(raw) if raw.get().trim_start().starts_with('{') => serde_json::from_str(raw.get()),
+        Some(text) if text.trim_start().starts_with('{') => serde_json::from_str(text),
         _ => Ok(BTreeMap::new()),
     }
 }

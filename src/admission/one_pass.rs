@@ -32,6 +32,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::cursor::{Cursor, Unread};
+use super::observe::StatusTexts;
 use super::project::{
     Capture, Captured, CapturedItem, Depth, ItemMembers, ItemRead, ListItem, ProjectError, ProjectedStatuses, Proofs,
     SLOT, capture_status, realize, spend_on_member,
@@ -45,10 +46,6 @@ use crate::value_budget::ValueBudget;
 pub(crate) struct Reading<'t> {
     /// The status paths the decision reads.
     pub(crate) paths: &'t PathTree,
-    /// Whether the statuses' text is kept in the request as well (for the
-    /// observer): the objects are then read as the wire reads them and
-    /// projected from their text.
-    pub(crate) keep_text: bool,
     /// The writer's position among the resource's writers: its own values
     /// are never compared, so never read.
     pub(crate) writer: Option<usize>,
@@ -61,20 +58,16 @@ impl Reading<'_> {
     fn same(this: Option<Self>, other: Option<Self>) -> bool {
         match (this, other) {
             (None, None) => true,
-            (Some(a), Some(b)) => {
-                std::ptr::eq(a.paths, b.paths)
-                    && a.keep_text == b.keep_text
-                    && a.writer == b.writer
-                    && a.proofs == b.proofs
-            }
+            (Some(a), Some(b)) => std::ptr::eq(a.paths, b.paths) && a.writer == b.writer && a.proofs == b.proofs,
             _ => false,
         }
     }
 }
 
-/// What one pass read: the request, and the two statuses projected where
-/// the plan reads them (`None` where it reads none).
-pub(crate) type Read<'b> = (ReviewRequest<'b>, Option<ProjectedStatuses>);
+/// What one pass read: the request, the two statuses projected where the
+/// plan reads them (`None` where it reads none), and the statuses' text
+/// (for the observer, which reads what the write changed from it).
+pub(crate) type Read<'b> = (ReviewRequest<'b>, Option<ProjectedStatuses>, StatusTexts<'b>);
 
 /// Reads a review in one pass. `plan` returns `None` when the decision will
 /// not read the objects (then they are skipped unread, their status kept
@@ -129,8 +122,8 @@ fn envelope<'b, 't>(
 /// How the single pass read one object.
 enum ObjectRead<'b> {
     Unseen,
-    /// Before the plan could be made, where the decision reads no status,
-    /// or where the plan keeps the text: as the wire reads it.
+    /// Before the plan could be made, or where the decision reads no
+    /// status: as the wire reads it.
     Raw(Option<ObjectView<'b>>),
     /// Its metadata read, and its status captured on the plan's paths.
     Projected(ProjectedObject<'b>),
@@ -177,12 +170,7 @@ fn read_request<'b, 't>(
             planned = Some(plan(&head.head()));
         }
         *slot = match planned {
-            Some(Some(Reading {
-                paths,
-                keep_text: false,
-                writer,
-                ..
-            })) => {
+            Some(Some(Reading { paths, writer, .. })) => {
                 let (read, text) = read_object(cursor, (paths, writer), first.as_ref())?;
                 if first.is_some() {
                     ObjectRead::Projected(read)
@@ -217,7 +205,7 @@ fn read_request<'b, 't>(
         other => other,
     });
     let (mut old_status, mut new_status) = (None, None);
-    let (Ok(object), Ok(old_object)) = (
+    let (Ok((object, new_text)), Ok((old_object, old_text))) = (
         settle(object, reading, &mut new_status),
         settle(old_object, reading, &mut old_status),
     ) else {
@@ -225,21 +213,26 @@ fn read_request<'b, 't>(
     };
     request.object = object;
     request.old_object = old_object;
+    let texts = StatusTexts {
+        old: old_text,
+        new: new_text,
+    };
     // Projected statuses only where the plan reads them; an object the
     // plan never reached (absent) is absent in them too.
     if reading.is_none() {
-        return Ok(Some((request, None)));
+        return Ok(Some((request, None, texts)));
     }
     let proofs = planned.map_or(Proofs::Off, |p| p.proofs);
     match realize(old_status, new_status, Depth::Bounded, proofs) {
-        Ok(projected) => Ok(Some((request, Some(projected)))),
+        Ok(projected) => Ok(Some((request, Some(projected), texts))),
         Err(_) => Ok(None),
     }
 }
 
-/// An object (or `null`) as the single pass reads it: its metadata, and its
-/// status captured on the plan's paths.
-type ProjectedObject<'b> = Option<(MetadataView<'b>, Option<Captured<'b>>)>;
+/// An object (or `null`) as the single pass reads it: its metadata, its
+/// status captured on the plan's paths, and its status's text (`None` where
+/// it is absent or `null`).
+type ProjectedObject<'b> = Option<(MetadataView<'b>, Option<Captured<'b>>, Option<&'b str>)>;
 
 /// The object read first, as it was read, and where its values were.
 struct FirstObject<'b> {
@@ -371,7 +364,7 @@ fn read_object<'b>(
     }
     let (first_read, first_text) = (first.and_then(|f| f.read.as_ref()), first.map(|f| &f.text));
     let mut spans = Spans::new(first.is_none());
-    let (mut metadata, mut status) = (None, None);
+    let (mut metadata, mut status, mut status_text) = (None, None, None);
     cursor.object(|cursor, key| {
         match key.as_ref() {
             "status" if status.is_some() => return Err(Unread),
@@ -381,8 +374,11 @@ fn read_object<'b>(
         let first_member = member(first_text.map(|t| &t.members), &key);
         if same_text(cursor, first_member)?.is_some() {
             match key.as_ref() {
-                "status" => status = Some(first_read.and_then(|(_, s)| s.clone())),
-                "metadata" => metadata = first_read.map(|(m, _)| m.clone()),
+                "status" => {
+                    status = Some(first_read.and_then(|(_, s, _)| s.clone()));
+                    status_text = first_read.and_then(|(_, _, t)| *t);
+                }
+                "metadata" => metadata = first_read.map(|(m, _, _)| m.clone()),
                 _ => {}
             }
             return Ok(());
@@ -390,9 +386,11 @@ fn read_object<'b>(
         let (read, spent) = spending(|| match key.as_ref() {
             "status" => {
                 let first_status = first_text.map(|t| &t.status);
-                let first_captured = first_read.and_then(|(_, s)| s.as_ref());
+                let first_captured = first_read.and_then(|(_, s, _)| s.as_ref());
                 let (captured, read, members) = read_status(cursor, reading, first_status, first_captured, spans.kept)?;
                 status = Some(Some(captured));
+                // As `ObjectView` reads it: `null` is no status.
+                status_text = Some(read).filter(|t| *t != "null");
                 text.status = members;
                 Ok(read)
             }
@@ -409,7 +407,7 @@ fn read_object<'b>(
     let status = status
         .flatten()
         .filter(|s| !matches!(s, Captured::Settled(Value::Null)));
-    Ok((Some((metadata.unwrap_or_default(), status)), text))
+    Ok((Some((metadata.unwrap_or_default(), status, status_text)), text))
 }
 
 /// A status captured on `paths` as [`Capture`] captures it, but member by
@@ -585,15 +583,16 @@ fn read_item<'b>(
     Ok(Some(CapturedItem::of(keyed, writer, members)))
 }
 
-/// An object as the single pass leaves it, with its status projected on
-/// `paths` (when the plan reads objects) into `projected`.
+/// An object as the single pass leaves it, and its status's text, with its
+/// status projected on `paths` (when the plan reads objects) into
+/// `projected`.
 fn settle<'b>(
     read: ObjectRead<'b>,
     reading: Option<(&PathTree, Option<usize>)>,
     projected: &mut Option<Option<Captured<'b>>>,
-) -> Result<Option<ObjectView<'b>>, ProjectError> {
+) -> Result<(Option<ObjectView<'b>>, Option<&'b str>), ProjectError> {
     Ok(match read {
-        ObjectRead::Unseen | ObjectRead::First => None,
+        ObjectRead::Unseen | ObjectRead::First => (None, None),
         ObjectRead::Raw(view) => {
             if let (Some((paths, writer)), Some(view)) = (reading, &view) {
                 *projected = Some(match view.status {
@@ -601,12 +600,13 @@ fn settle<'b>(
                     None => None,
                 });
             }
-            view
+            let text = view.as_ref().and_then(|v| v.status).map(RawValue::get);
+            (view, text)
         }
-        ObjectRead::Projected(None) => None,
-        ObjectRead::Projected(Some((metadata, status))) => {
+        ObjectRead::Projected(None) => (None, None),
+        ObjectRead::Projected(Some((metadata, status, text))) => {
             *projected = Some(status);
-            Some(ObjectView { metadata, status: None })
+            (Some(ObjectView { metadata, status: None }), text)
         }
     })
 }

@@ -6,6 +6,7 @@ use super::*;
 mod member_order;
 use super::compare::same_items;
 use crate::admission::answer::{decide_request, read_and_decide};
+use crate::admission::observe::StatusTexts;
 use crate::admission::one_pass::{self, Reading};
 use crate::admission::project::Proofs;
 use crate::admission::trim::restoring_patch;
@@ -965,7 +966,6 @@ fn reading<'r>(
     move |head| match plan(rules, head, endpoint) {
         Plan::Read(r) => Some(Reading {
             paths: &r.read_paths,
-            keep_text: false,
             writer: r.writer_position(head.user_info.name()),
             proofs,
         }),
@@ -979,12 +979,12 @@ fn the_single_pass_projects_a_body_in_the_api_servers_order_and_leaves_others_to
     let plan = reading(&rules, Endpoint::Validate, Proofs::Off);
     let (old, new) = stale();
     let review = review(SCALER, old, new);
-    let (_, statuses) = one_pass::read(&in_api_server_order(&review), plan).unwrap();
+    let (_, statuses, _) = one_pass::read(&in_api_server_order(&review), plan).unwrap();
     let statuses = statuses.expect("projected in the single pass");
     assert_eq!(statuses.new.unwrap().unwrap()["observedGeneration"], 1);
     // serde_json writes the members sorted: `object` before `resource`.
     let sorted = serde_json::to_vec(&review).unwrap();
-    let (request, statuses) = one_pass::read(&sorted, plan).unwrap();
+    let (request, statuses, _) = one_pass::read(&sorted, plan).unwrap();
     assert!(statuses.is_none() && request.object.unwrap().status.is_some());
     // A duplicate member, escaped text and a deep owned value are left to
     // the two-pass path.
@@ -1351,6 +1351,13 @@ fn both_paths(body: &[u8]) -> Vec<String> {
                 let decided = decide_request(&rules, &request, endpoint);
                 (request, decided)
             });
+            // The statuses' text the observer copies: what the wire reads.
+            if let (Some((_, _, texts)), Ok(request)) = (
+                one_pass::read(body, reading(&rules, endpoint, Proofs::Off)),
+                &two_passes,
+            ) {
+                assert_eq!(texts, StatusTexts::of(&request.0), "{mode} {endpoint:?}");
+            }
             let one_pass = answered(read_and_decide(&rules, body, endpoint));
             assert_eq!(
                 one_pass,
@@ -1443,7 +1450,7 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     let stale = std::fs::read(examples.join("gateway-route-stale-review.json")).unwrap();
     let rules = |mode: &str| Ownership::from_yaml(&text.replace("mode: enforce", &format!("mode: {mode}"))).unwrap();
     let trim = rules("trim");
-    let (_, statuses) = one_pass::read(&stale, reading(&trim, Endpoint::Validate, Proofs::Names)).unwrap();
+    let (_, statuses, _) = one_pass::read(&stale, reading(&trim, Endpoint::Validate, Proofs::Names)).unwrap();
     let statuses = statuses.unwrap();
     let parents = crate::ownership::FieldPath::parse("parents").unwrap();
     assert_eq!(
@@ -1533,5 +1540,30 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
         let (_, decided) = read_and_decide(&rules("trim"), &body, endpoint).unwrap();
         assert_eq!(decided.unwrap().outcome, Outcome::Allowed, "{endpoint:?}");
+    }
+}
+
+/// Issue 25: an observed write is read as fast as any other, and the
+/// observer is given the statuses' text as the single pass found it (the
+/// second status read, or taken as the first's text): it reads from it what
+/// it reads from the wire's parse.
+#[test]
+fn an_observed_write_is_copied_from_the_single_pass_as_the_wire_reads_it() {
+    use crate::admission::answer::answer_observing;
+    use crate::admission::observe::{self, Copied, ReviewedWrite};
+    let rules = rules("enforce");
+    let (old, new) = stale();
+    for (old, new) in [(old.clone(), new), (old.clone(), old)] {
+        let body = in_api_server_order(&review(SCALER, old, new));
+        let (_, statuses, _) = one_pass::read(&body, reading(&rules, Endpoint::Validate, Proofs::Names)).unwrap();
+        assert!(statuses.is_some(), "projected in the single pass");
+        let Copied::Write(write) = answer_observing(Some(&rules), &body, Endpoint::Validate, true).1 else {
+            panic!("the write is copied for the observer");
+        };
+        let request = parse_request(&body).unwrap();
+        let wire = ReviewedWrite::of(&request, StatusTexts::of(&request), &rules).unwrap();
+        let observed = observe::read(*write, &rules).unwrap().unwrap();
+        assert_eq!(observed, observe::read(wire, &rules).unwrap().unwrap());
+        assert!(!observed.changed.is_empty() || observed.facts.writer == SCALER);
     }
 }

@@ -6,7 +6,7 @@ use crate::test_support::{body, widget_status_review};
 
 /// A body as the request path copies it out: parsed once, then copied.
 fn project(body: &[u8], rules: &Ownership) -> Result<Option<ReviewedWrite>, ReviewError> {
-    parse_request(body).map(|request| ReviewedWrite::of(&request, rules))
+    parse_request(body).map(|request| ReviewedWrite::of(&request, StatusTexts::of(&request), rules))
 }
 
 /// A body copied out, then read as the observer reads it.
