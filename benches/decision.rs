@@ -118,6 +118,35 @@ fn benches(c: &mut Criterion) {
     );
     group.finish();
 
+    // Issue 25: where the fixture's denial goes. The same stale write with
+    // a part of its status left out or left unchanged, so that each part's
+    // cost is the difference from the whole (the shared rules, /validate).
+    let shape = common::Shape::DEFAULT;
+    let (old, new) = (common::status(2, 3, shape), common::status(1, 5, shape));
+    let mut conditions_unchanged = new.clone();
+    conditions_unchanged["conditions"] = old["conditions"].clone();
+    let parts = [
+        ("denied, the whole review", stale.clone()),
+        (
+            "denied, no conditions",
+            common::review_shaped(true, common::Shape { conditions: 0, ..shape }),
+        ),
+        (
+            "denied, no endpoints",
+            common::review_shaped(true, common::Shape { endpoints: 0, ..shape }),
+        ),
+        (
+            "denied, conditions unchanged",
+            common::review_of(old.clone(), conditions_unchanged, shape),
+        ),
+        ("allowed, objects the same", common::review_of(old.clone(), old, shape)),
+    ];
+    let mut group = c.benchmark_group("fixture in parts");
+    for (name, body) in &parts {
+        bench_answer(&mut group, name, &rules, body, Endpoint::Validate);
+    }
+    group.finish();
+
     // Issue 24: a Gateway API HTTPRoute of 32 parents (16 per
     // implementation) of 8 conditions each, under examples/gateway-api.yaml;
     // the whole path of `answer`, body to encoded review.

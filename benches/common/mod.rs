@@ -56,7 +56,8 @@ impl Shape {
     }
 }
 
-fn status(observed_generation: i64, replicas: i64, shape: Shape) -> Value {
+/// A Widget's status of `shape`: its conditions observe `observed_generation`.
+pub fn status(observed_generation: i64, replicas: i64, shape: Shape) -> Value {
     let types = ["Ready", "Progressing", "Scaled", "Healthy", "Degraded", "Reviewed"];
     let conditions: Vec<Value> = (0..shape.conditions)
         .map(|i| {
@@ -101,6 +102,12 @@ pub fn review_shaped(stale: bool, shape: Shape) -> Vec<u8> {
         s["replicas"] = json!(5);
         s
     };
+    review_of(old, new, shape)
+}
+
+/// The scaler's write of status `new` over `old`, in objects of `shape`,
+/// written as [`review_shaped`] writes it.
+pub fn review_of(old: Value, new: Value, shape: Shape) -> Vec<u8> {
     let object = |status: Value| {
         json!({
             "apiVersion": "example.com/v1", "kind": "Widget",
