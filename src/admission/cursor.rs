@@ -42,6 +42,33 @@ pub(crate) fn taken_by_text() -> usize {
     TAKEN_BY_TEXT.get()
 }
 
+/// Counts values taken by their text, for the tests.
+pub(crate) fn count_taken(_values: usize) {
+    #[cfg(test)]
+    TAKEN_BY_TEXT.set(TAKEN_BY_TEXT.get() + _values);
+}
+
+/// How many bytes `a` and `b` start with alike: sixteen at a time, then
+/// byte by byte (what is compared are items of a status, hundreds of bytes).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let len = a.len().min(b.len());
+    let mut at = 0;
+    while let (Some(x), Some(y)) = (a.get(at..at + 16), b.get(at..at + 16)) {
+        let mut words = [[0; 16]; 2];
+        words[0].copy_from_slice(x);
+        words[1].copy_from_slice(y);
+        let differ = u128::from_le_bytes(words[0]) ^ u128::from_le_bytes(words[1]);
+        if differ != 0 {
+            return at + differ.trailing_zeros() as usize / 8;
+        }
+        at += 16;
+    }
+    while at < len && a[at] == b[at] {
+        at += 1;
+    }
+    at
+}
+
 /// A position in JSON text known to be UTF-8.
 #[derive(Debug)]
 pub(crate) struct Cursor<'b> {
@@ -127,20 +154,54 @@ impl<'b> Cursor<'b> {
     pub(crate) fn same(&mut self, text: &str) -> bool {
         self.skip_space();
         let rest = &self.text.as_bytes()[self.at..];
-        if text.is_empty() || !rest.starts_with(text.as_bytes()) {
+        !text.is_empty() && rest.starts_with(text.as_bytes()) && self.take_ending(text.len())
+    }
+
+    /// How many bytes from here (past white space) are those `text` starts
+    /// with.
+    pub(crate) fn common_prefix(&mut self, text: &str) -> usize {
+        self.skip_space();
+        common_prefix(&self.text.as_bytes()[self.at..], text.as_bytes())
+    }
+
+    /// Moves past the `len` bytes here, known to be the text of a value
+    /// read before ([`Cursor::common_prefix`]), if they are the whole value
+    /// here (as [`Cursor::same`] tells), and says whether it did.
+    pub(crate) fn take_ending(&mut self, len: usize) -> bool {
+        let Some(rest) = self.text.as_bytes().get(self.at + len..) else {
             return false;
-        }
-        let after = rest[text.len()..]
-            .iter()
-            .find(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'));
-        if matches!(after, Some(b',' | b'}' | b']')) {
-            self.at += text.len();
-            #[cfg(test)]
-            TAKEN_BY_TEXT.set(TAKEN_BY_TEXT.get() + 1);
+        };
+        let after = rest.iter().find(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'));
+        if len > 0 && matches!(after, Some(b',' | b'}' | b']')) {
+            self.at += len;
+            count_taken(1);
             true
         } else {
             false
         }
+    }
+
+    /// Moves to `at` and past the value there, validated as
+    /// [`Cursor::skip`] validates it: its text. `None`, the cursor where it
+    /// was, where the text there is not a value.
+    pub(crate) fn skip_at(&mut self, at: usize) -> Option<&'b str> {
+        let was = self.at;
+        self.at = at;
+        let skipped = self.skip().ok();
+        if skipped.is_none() {
+            self.at = was;
+        }
+        skipped
+    }
+
+    /// Moves past `text` if the text here (white space included) starts
+    /// with it, and says whether it did.
+    pub(crate) fn take_text(&mut self, text: &str) -> bool {
+        let taken = self.text.as_bytes()[self.at..].starts_with(text.as_bytes());
+        if taken {
+            self.at += text.len();
+        }
+        taken
     }
 
     /// A member's key: borrowed from the text where it holds no escape (the
@@ -165,25 +226,55 @@ impl<'b> Cursor<'b> {
     /// and must move past its value.
     pub(crate) fn object(
         &mut self,
-        mut member: impl FnMut(&mut Self, Cow<'b, str>) -> Result<(), Unread>,
+        member: impl FnMut(&mut Self, Cow<'b, str>) -> Result<(), Unread>,
     ) -> Result<(), Unread> {
         self.eat(b'{')?;
         if self.peek() == Some(b'}') {
             self.at += 1;
             return Ok(());
         }
+        self.members(member)
+    }
+
+    /// Walks the rest of the object whose first members the caller read:
+    /// the cursor is just past the last one's value. `member` is given each
+    /// key after it, as [`Cursor::object`] gives them.
+    pub(crate) fn rest_of_object(
+        &mut self,
+        member: impl FnMut(&mut Self, Cow<'b, str>) -> Result<(), Unread>,
+    ) -> Result<(), Unread> {
+        if self.past_member()? {
+            self.members(member)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The members from here (a key) to past the object's `}`.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, Cow<'b, str>) -> Result<(), Unread>) -> Result<(), Unread> {
         loop {
             let key = self.key()?;
             self.eat(b':')?;
             member(self, key)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(());
-                }
-                _ => return Err(Unread),
+            if !self.past_member()? {
+                return Ok(());
             }
+        }
+    }
+
+    /// Past the `,` after a member's value (`true`: a member follows) or
+    /// the `}` after the last (`false`).
+    fn past_member(&mut self) -> Result<bool, Unread> {
+        match self.peek() {
+            Some(b',') => {
+                self.at += 1;
+                Ok(true)
+            }
+            Some(b'}') => {
+                self.at += 1;
+                Ok(false)
+            }
+            _ => Err(Unread),
         }
     }
 

@@ -12,8 +12,11 @@
 //! such an item whose text is the first's at the same place is moved past
 //! with a comparison of bytes ([`Cursor::same`]) and taken as the first read
 //! it; only what differs is scanned (after a comparison of the bytes up to
-//! where it differs, at each of those levels). A large owned value that did
-//! not change is then scanned once, not twice, and built never.
+//! where it differs, at each of those levels). An item that differs from
+//! the first's in one member's value (a condition's `observedGeneration`)
+//! is read as that value, its other members taken unread. A large owned
+//! value that did not change is then scanned once, not twice, and built
+//! never.
 //!
 //! It lists no member of the request: every member but the two objects is
 //! kept as unparsed text and read by [`ReviewRequest`]'s own derived
@@ -519,15 +522,20 @@ fn read_items<'b>(
     );
     cursor.list(|cursor, index| {
         let first_item = first.and_then(|(texts, items)| Some((texts.get(index)?, items.get(index)?)));
-        let whole = first_item.filter(|(text, _)| cursor.same(text.text));
+        // How far the item's text is the first's: all of it, or up to where
+        // the write changed it.
+        let alike = first_item.map_or(0, |(text, _)| cursor.common_prefix(text.text));
+        let whole = first_item.filter(|(text, _)| alike == text.text.len() && cursor.take_ending(alike));
         let item = match (whole, first_item) {
             (Some((text, item)), _) => {
                 ValueBudget::spend::<serde_json::Error>(text.spent)?;
                 item.clone()
             }
             (None, first_item) => {
-                let first_members = first_item
-                    .and_then(|(text, item)| item.as_ref().map(CapturedItem::members).or(text.unread.as_ref()));
+                let first_members = first_item.and_then(|(text, item)| {
+                    let members = item.as_ref().map(CapturedItem::members).or(text.unread.as_ref())?;
+                    Some((members, text.text, alike))
+                });
                 let ((item, text), spent) = spending(|| {
                     let start = cursor.start();
                     let item = read_item(cursor, reading, first_members)?;
@@ -560,27 +568,111 @@ fn read_items<'b>(
 /// [`Cursor::skip`] (the first object's items are most of what the single
 /// pass validates, member by member); a member whose key and text are those
 /// of the first object's item's member at its place is taken by text.
+///
+/// In the object read second, `first` is the first object's item at this
+/// index: its members, its text, and how many bytes of that text this item
+/// starts with. The members before the first difference are taken unread,
+/// and where it lies in a member's value, that value is read alone
+/// ([`read_to_difference`]); an item that differs from the first's only
+/// there is then read.
 fn read_item<'b>(
     cursor: &mut Cursor<'b>,
     (keyed, writer): (&KeyedItems, Option<usize>),
-    first: Option<&ItemMembers<'b>>,
+    first: Option<(&ItemMembers<'b>, &'b str, usize)>,
 ) -> Result<ItemRead<'b>, Unread> {
     if cursor.peek() != Some(b'{') {
         return Ok(cursor.value(ListItem(keyed, writer))?.0);
     }
-    let first: &[(Cow<'b, str>, &'b str)] = first.map_or(&[], Vec::as_slice);
+    let first_members: &[(Cow<'b, str>, &'b str)] = first.map_or(&[], |(members, _, _)| members.as_slice());
     // A condition has six members.
-    let mut members: ItemMembers<'b> = Vec::with_capacity(first.len().max(8));
-    cursor.object(|cursor, key| {
+    let mut members: ItemMembers<'b> = Vec::with_capacity(first_members.len().max(8));
+    let read_to = match first {
+        Some(first) => read_to_difference(cursor, first, &mut members)?,
+        None => ReadTo::Start,
+    };
+    let member = |cursor: &mut Cursor<'b>, key: Cow<'b, str>| {
         spend_on_member::<serde_json::Error>(&key)?;
-        let raw = match first.get(members.len()) {
+        let raw = match first_members.get(members.len()) {
             Some((first_key, raw)) if *first_key == key && cursor.same(raw) => *raw,
             _ => cursor.skip()?,
         };
         members.push((key, raw));
         Ok(())
-    })?;
+    };
+    match read_to {
+        ReadTo::Start => cursor.object(member)?,
+        ReadTo::Member => cursor.rest_of_object(member)?,
+        ReadTo::End => {}
+    }
     Ok(Some(CapturedItem::of(keyed, writer, members)))
+}
+
+/// How far [`read_to_difference`] read an item.
+#[derive(Debug, PartialEq, Eq)]
+enum ReadTo {
+    /// Nothing: the cursor is at the item's start.
+    Start,
+    /// Its members up to one past the first difference: the cursor is just
+    /// past that member's value.
+    Member,
+    /// The whole item: the cursor is past its end.
+    End,
+}
+
+/// Reads the item here into `read` as far as its text tells, against the
+/// first object's item at its index (`first`: its members, its text, and
+/// how many bytes of that text the text here starts with).
+///
+/// The members whose values end before the first difference (with the byte
+/// after them) are the first's: taken unread. Where the difference lies in
+/// the next member's value (never in a key or between members), that value
+/// is read, validated ([`ReadTo::Member`]); and where the text after it is
+/// the first item's text after that member's value, to the item's end,
+/// the members after it are the first's too ([`ReadTo::End`]): the common
+/// way a controller's write changes an item (an `observedGeneration`, a
+/// status, a time). Else nothing is read ([`ReadTo::Start`]).
+fn read_to_difference<'b>(
+    cursor: &mut Cursor<'b>,
+    (members, text, alike): (&ItemMembers<'b>, &'b str, usize),
+    read: &mut ItemMembers<'b>,
+) -> Result<ReadTo, Unread> {
+    // Where each member's value lies in the first item's text (all of them
+    // do, from the first object's read).
+    let span = |raw: &str| {
+        let at = (raw.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+        (at + raw.len() <= text.len()).then_some((at, at + raw.len()))
+    };
+    // The first member whose value does not end before the difference.
+    let Some(changed) = members
+        .iter()
+        .position(|(_, raw)| span(raw).is_none_or(|(_, end)| end >= alike))
+    else {
+        return Ok(ReadTo::Start);
+    };
+    let Some((value_at, value_end)) = span(members[changed].1).filter(|&(at, _)| at <= alike) else {
+        return Ok(ReadTo::Start);
+    };
+    let start = cursor.start();
+    let Some(value) = cursor.skip_at(start + value_at) else {
+        return Ok(ReadTo::Start);
+    };
+    let (key, _) = &members[changed];
+    for (key, raw) in &members[..changed] {
+        spend_on_member::<serde_json::Error>(key)?;
+        read.push((key.clone(), raw));
+    }
+    spend_on_member::<serde_json::Error>(key)?;
+    read.push((key.clone(), value));
+    crate::admission::cursor::count_taken(changed);
+    if !cursor.take_text(&text[value_end..]) {
+        return Ok(ReadTo::Member);
+    }
+    for (key, raw) in &members[changed + 1..] {
+        spend_on_member::<serde_json::Error>(key)?;
+        read.push((key.clone(), raw));
+    }
+    crate::admission::cursor::count_taken(members.len() - changed - 1);
+    Ok(ReadTo::End)
 }
 
 /// An object as the single pass leaves it, and its status's text, with its
@@ -609,4 +701,101 @@ fn settle<'b>(
             (Some(ObjectView { metadata, status: None }), text)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An item's members as the first object's read takes them.
+    fn members_of(text: &str) -> ItemMembers<'_> {
+        let mut cursor = Cursor::new(text);
+        let mut members = Vec::new();
+        cursor
+            .object(|cursor, key| {
+                members.push((key, cursor.skip()?));
+                Ok(())
+            })
+            .unwrap();
+        members
+    }
+
+    #[test]
+    fn an_item_is_read_against_the_first_up_to_its_first_difference() {
+        let first = r#"{"a":"m","b":2,"c":{"d":[1]}}"#;
+        let members = members_of(first);
+        // The second item; how far it is read; the members read, by index
+        // into the first's, or as a value read here; where the cursor ends.
+        let value = |text: &'static str| Err::<usize, _>(text);
+        for (second, read_to, read, at) in [
+            (
+                r#"{"a":"other","b":2,"c":{"d":[1]}},"#,
+                ReadTo::End,
+                vec![value(r#""other""#), Ok(1), Ok(2)],
+                33,
+            ),
+            (
+                r#"{"a":"m","b":12345,"c":{"d":[1]}}]"#,
+                ReadTo::End,
+                vec![Ok(0), value("12345"), Ok(2)],
+                33,
+            ),
+            (
+                r#"{"a":"m","b": 3,"c":{"d":[1]}}]"#,
+                ReadTo::End,
+                vec![Ok(0), value("3"), Ok(2)],
+                30,
+            ),
+            (
+                r#"{"a":"m","b":2,"c":null}]"#,
+                ReadTo::End,
+                vec![Ok(0), Ok(1), value("null")],
+                24,
+            ),
+            // Two values: up to the first, then member by member.
+            (
+                r#"{"a":"m","b":3,"c":{"d":[2]}}]"#,
+                ReadTo::Member,
+                vec![Ok(0), value("3")],
+                14,
+            ),
+            // A member fewer or more, not JSON after the value.
+            (r#"{"a":"m","b":2}]"#, ReadTo::Member, vec![Ok(0), value("2")], 14),
+            (
+                r#"{"a":"m","b":2,"c":{"d":[1]},"e":1}]"#,
+                ReadTo::Member,
+                vec![Ok(0), Ok(1), value(r#"{"d":[1]}"#)],
+                28,
+            ),
+            (
+                r#"{"a":"m","b":2x,"c":{"d":[1]}}]"#,
+                ReadTo::Member,
+                vec![Ok(0), value("2")],
+                14,
+            ),
+            // A key renamed, with or without its length; not a value.
+            (r#"{"a":"m","x":2,"c":{"d":[1]}}]"#, ReadTo::Start, vec![], 0),
+            (r#"{"a":"m","bb":2,"c":{"d":[1]}}]"#, ReadTo::Start, vec![], 0),
+            (r#"{"a":"m","b":[,"c":{"d":[1]}}]"#, ReadTo::Start, vec![], 0),
+        ] {
+            let mut cursor = Cursor::new(second);
+            let alike = cursor.common_prefix(first);
+            let mut got = Vec::new();
+            assert_eq!(
+                read_to_difference(&mut cursor, (&members, first, alike), &mut got),
+                Ok(read_to),
+                "{second}"
+            );
+            let expected: ItemMembers<'_> = read
+                .into_iter()
+                .enumerate()
+                .map(|(i, member)| match member {
+                    Ok(index) => members[index].clone(),
+                    Err(text) => (members[i].0.clone(), text),
+                })
+                .collect();
+            assert_eq!(got, expected, "{second}");
+            assert_eq!(cursor.since(0), &second[..at], "{second}");
+        }
+    }
 }

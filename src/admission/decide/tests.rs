@@ -1567,3 +1567,68 @@ fn an_observed_write_is_copied_from_the_single_pass_as_the_wire_reads_it() {
         assert!(!observed.changed.is_empty() || observed.facts.writer == SCALER);
     }
 }
+
+/// Issue 25: an item of the second object whose text is the first's but
+/// for one member's value is read as that value alone, its other members
+/// taken by their text; an item that differs otherwise (two values, a
+/// member more) is read member by member. One pass answers what two passes
+/// answer either way.
+#[test]
+fn an_item_changed_in_one_value_is_read_as_that_value() {
+    let rules = rules("enforce");
+    let ready = json!({"type": "Ready", "status": "True", "message": "m", "observedGeneration": 2, "reason": "R"});
+    let old = json!({"observedGeneration": 2, "conditions": [ready, {"type": "Other", "status": "True"}]});
+    let taken = |new: &Value| {
+        let body = in_api_server_order(&review(SCALER, old.clone(), new.clone()));
+        let before = crate::admission::cursor::taken_by_text();
+        let one_pass = answered(read_and_decide(&rules, &body, Endpoint::Validate));
+        let taken = crate::admission::cursor::taken_by_text() - before;
+        let request = parse_request(&body).unwrap();
+        let decided = decide_request(&rules, &request, Endpoint::Validate);
+        assert_eq!(one_pass, answered(Ok((request, decided))), "{new}");
+        taken
+    };
+    // The object's four members taken whole.
+    assert_eq!(taken(&old), 4);
+    type Change = fn(&mut Value);
+    let cases: [(&str, Change, usize); 8] = [
+        ("the first member", |c| c["message"] = json!("other"), 4),
+        ("a middle member, longer", |c| c["observedGeneration"] = json!(12345), 4),
+        ("a middle member, shorter", |c| c["reason"] = json!(""), 4),
+        ("the last member, the key value", |c| c["type"] = json!("Readier"), 4),
+        (
+            "a member's value, an object",
+            |c| c["status"] = json!({"a": [1, {"b": null}]}),
+            4,
+        ),
+        // A key renamed in its place: read member by member.
+        (
+            "a key",
+            |c| {
+                let reason = c["reason"].take();
+                c.as_object_mut().unwrap().remove("reason");
+                c["raison"] = reason;
+            },
+            4,
+        ),
+        // Read member by member: message, reason and type differ or
+        // move, the rest are taken at their place.
+        (
+            "two members",
+            |c| {
+                c["message"] = json!("x");
+                c["reason"] = json!("y");
+            },
+            3,
+        ),
+        // "extra" sorts first: every member after it is at another place.
+        ("a member more", |c| c["extra"] = json!(1), 0),
+    ];
+    for (what, change, members_taken) in cases {
+        let mut new = old.clone();
+        change(&mut new["conditions"][0]);
+        // The object's apiVersion, kind and metadata, the status's
+        // observedGeneration, the item Other; and Ready's members.
+        assert_eq!(taken(&new), 3 + 1 + 1 + members_taken, "{what}");
+    }
+}
