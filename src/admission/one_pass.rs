@@ -656,13 +656,13 @@ fn read_to_difference<'b>(
     let Some(value) = cursor.skip_at(start + value_at) else {
         return Ok(ReadTo::Start);
     };
-    let (key, _) = &members[changed];
     for (key, raw) in &members[..changed] {
         spend_on_member::<serde_json::Error>(key)?;
         read.push((key.clone(), raw));
     }
-    spend_on_member::<serde_json::Error>(key)?;
-    read.push((key.clone(), value));
+    let changed_key = &members[changed].0;
+    spend_on_member::<serde_json::Error>(changed_key)?;
+    read.push((changed_key.clone(), value));
     crate::admission::cursor::count_taken(changed);
     if !cursor.take_text(&text[value_end..]) {
         return Ok(ReadTo::Member);
