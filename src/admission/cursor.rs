@@ -9,14 +9,19 @@
 //! `object` and `oldObject` with the same encoder, so every value a write did
 //! not change is the same bytes in both; the second object's copy of it is
 //! then checked with a comparison of bytes (tens of GB/s) instead of a scan
-//! (about 2 GB/s), and never read again.
+//! (about 2 GB/s), and never read again. And [`Cursor::skip_against`]: a
+//! value that a write changed in a few places (a controller's rewrite of
+//! its conditions) is read against the first object's where it differs,
+//! and only there.
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
+use super::skip::ValueStarts;
 use super::wire::BorrowedKey;
+use crate::value_budget::ValueBudget;
 
 /// The cursor gave up: the text is not what the single pass reads (not
 /// JSON, or not a review it handles alone). The two-pass path then reads
@@ -48,25 +53,57 @@ pub(crate) fn count_taken(_values: usize) {
     TAKEN_BY_TEXT.set(TAKEN_BY_TEXT.get() + _values);
 }
 
-/// How many bytes `a` and `b` start with alike: sixteen at a time, then
-/// byte by byte (what is compared are items of a status, hundreds of bytes).
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let len = a.len().min(b.len());
-    let mut at = 0;
-    while let (Some(x), Some(y)) = (a.get(at..at + 16), b.get(at..at + 16)) {
-        let mut words = [[0; 16]; 2];
-        words[0].copy_from_slice(x);
-        words[1].copy_from_slice(y);
-        let differ = u128::from_le_bytes(words[0]) ^ u128::from_le_bytes(words[1]);
-        if differ != 0 {
-            return at + differ.trailing_zeros() as usize / 8;
+#[cfg(test)]
+thread_local! {
+    /// How many values this thread's cursors read against another's text.
+    static READ_AGAINST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many values this thread's cursors have read against another's
+/// text ([`Cursor::skip_against`]), not whole.
+#[cfg(test)]
+pub(crate) fn read_against() -> usize {
+    READ_AGAINST.get()
+}
+
+/// Where the values of the object read first start, noted as it is
+/// skipped ([`Cursor::note_starts`]), for [`Cursor::skip_against`].
+/// Held within the review's value budget: it stops noting (and those reads
+/// read whole) rather than fail the read.
+#[derive(Debug, Default)]
+struct Starts {
+    starts: Vec<u32>,
+    noting: bool,
+}
+
+impl Starts {
+    /// Room for more starts, spent from the review's budget; `false`, and no
+    /// more noting, where the budget has not that much left.
+    #[cold]
+    fn grow(&mut self) -> bool {
+        let more = self.starts.capacity().max(1024);
+        let bytes = more * std::mem::size_of::<u32>();
+        let affordable = ValueBudget::left().is_none_or(|left| left >= bytes)
+            && ValueBudget::spend::<serde_json::Error>(bytes).is_ok();
+        if affordable {
+            self.starts.reserve_exact(more);
+        } else {
+            self.noting = false;
         }
-        at += 16;
+        affordable
     }
-    while at < len && a[at] == b[at] {
-        at += 1;
+}
+
+impl ValueStarts for Starts {
+    #[inline(always)]
+    fn note(&mut self, at: usize) {
+        if self.starts.len() == self.starts.capacity() && !self.grow() {
+            return;
+        }
+        if let Ok(at) = u32::try_from(at) {
+            self.starts.push(at);
+        }
     }
-    at
 }
 
 /// A position in JSON text known to be UTF-8.
@@ -74,11 +111,24 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 pub(crate) struct Cursor<'b> {
     text: &'b str,
     at: usize,
+    starts: Starts,
 }
 
 impl<'b> Cursor<'b> {
     pub(crate) fn new(text: &'b str) -> Self {
-        Self { text, at: 0 }
+        Self {
+            text,
+            at: 0,
+            starts: Starts::default(),
+        }
+    }
+
+    /// From here on (`true`) [`Cursor::skip`] notes where each value it
+    /// moves past starts, up to `false`: for the object read first, which
+    /// the second is read against. Noted in order of the text, as
+    /// [`Cursor::skip_against`] needs them.
+    pub(crate) fn note_starts(&mut self, noting: bool) {
+        self.starts.noting = noting;
     }
 
     /// Moves past JSON's white space (the four characters serde_json skips).
@@ -134,13 +184,47 @@ impl<'b> Cursor<'b> {
     pub(crate) fn skip(&mut self) -> Result<&'b str, Unread> {
         self.skip_space();
         // Our own validating skip where it is sure, serde_json's where not.
-        match super::skip::value_end(self.text.as_bytes(), self.at) {
+        let end = if self.starts.noting {
+            super::skip::value_end_noting(self.text.as_bytes(), self.at, &mut self.starts)
+        } else {
+            super::skip::value_end(self.text.as_bytes(), self.at)
+        };
+        match end {
             Some(end) => {
                 let text = self.text.get(self.at..end).ok_or(Unread)?;
                 self.at = end;
                 Ok(text)
             }
             None => self.value(PhantomData::<IgnoredAny>).map(|(_, text)| text),
+        }
+    }
+
+    /// Moves past the value here as [`Cursor::skip`] does, read against
+    /// `first`, the text of a value of this text skipped while noting
+    /// ([`Cursor::note_starts`]): only where it differs from `first` (see
+    /// [`super::skip::value_end_against`]), else whole.
+    pub(crate) fn skip_against(&mut self, first: &str) -> Result<&'b str, Unread> {
+        self.skip_space();
+        let bytes = self.text.as_bytes();
+        // Only an object or a list holds values to read alone: a string, a
+        // number or a literal that differs is read whole.
+        if !matches!(first.as_bytes().first(), Some(b'{' | b'[')) {
+            return self.skip();
+        }
+        // `first` is a value of this text: where it is.
+        let first_start = (first.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize);
+        let first_span = first_start.filter(|start| start + first.len() <= bytes.len());
+        let end = first_span.and_then(|start| {
+            super::skip::value_end_against(bytes, self.at, (start, start + first.len()), &self.starts.starts)
+        });
+        match end.and_then(|end| self.text.get(self.at..end)) {
+            Some(text) => {
+                self.at += text.len();
+                #[cfg(test)]
+                READ_AGAINST.set(READ_AGAINST.get() + 1);
+                Ok(text)
+            }
+            None => self.skip(),
         }
     }
 
@@ -161,7 +245,7 @@ impl<'b> Cursor<'b> {
     /// with.
     pub(crate) fn common_prefix(&mut self, text: &str) -> usize {
         self.skip_space();
-        common_prefix(&self.text.as_bytes()[self.at..], text.as_bytes())
+        super::skip::common_prefix(&self.text.as_bytes()[self.at..], text.as_bytes())
     }
 
     /// Moves past the `len` bytes here, known to be the text of a value
@@ -182,12 +266,13 @@ impl<'b> Cursor<'b> {
     }
 
     /// Moves to `at` and past the value there, validated as
-    /// [`Cursor::skip`] validates it: its text. `None`, the cursor where it
-    /// was, where the text there is not a value.
-    pub(crate) fn skip_at(&mut self, at: usize) -> Option<&'b str> {
+    /// [`Cursor::skip`] validates it, read against `first` as
+    /// [`Cursor::skip_against`] reads it: its text. `None`, the cursor where
+    /// it was, where the text there is not a value.
+    pub(crate) fn skip_at(&mut self, at: usize, first: &str) -> Option<&'b str> {
         let was = self.at;
         self.at = at;
-        let skipped = self.skip().ok();
+        let skipped = self.skip_against(first).ok();
         if skipped.is_none() {
             self.at = was;
         }

@@ -367,6 +367,8 @@ fn read_object<'b>(
     }
     let (first_read, first_text) = (first.and_then(|f| f.read.as_ref()), first.map(|f| &f.text));
     let mut spans = Spans::new(first.is_none());
+    // The second object's values that differ are read against the first's.
+    cursor.note_starts(first.is_none());
     let (mut metadata, mut status, mut status_text) = (None, None, None);
     cursor.object(|cursor, key| {
         match key.as_ref() {
@@ -402,10 +404,14 @@ fn read_object<'b>(
                 metadata = Some(read);
                 Ok(span)
             }
-            _ => cursor.skip(),
+            _ => match first_member {
+                Some(first) => cursor.skip_against(first.text),
+                None => cursor.skip(),
+            },
         })?;
         spans.keep(key, Span::new(read, spent))
     })?;
+    cursor.note_starts(false);
     text.members = spans.spans;
     let status = status
         .flatten()
@@ -426,7 +432,7 @@ fn read_status<'b>(
     kept: bool,
 ) -> Result<(Captured<'b>, &'b str, SpansByKey<'b>), Unread> {
     if paths.is_whole() || paths.keyed().is_some() || cursor.peek() != Some(b'{') {
-        let (captured, text) = capture(cursor, paths, writer)?;
+        let (captured, text) = capture(cursor, paths, writer, None)?;
         return Ok((captured, text, SpansByKey::default()));
     }
     let first_members = match first_captured {
@@ -441,7 +447,10 @@ fn read_status<'b>(
         let Some(child) = paths.child(&key) else {
             // Not read: only its text matters, for the object read second.
             if same_text(cursor, first_span)?.is_none() {
-                let text = cursor.skip()?;
+                let text = match first_span {
+                    Some(first) => cursor.skip_against(first.text)?,
+                    None => cursor.skip()?,
+                };
                 spans.keep(key, Span::new(text, 0))?;
             }
             return Ok(());
@@ -471,7 +480,7 @@ fn read_status<'b>(
                         read_items(cursor, (keyed, writer), first_items, spans.kept)
                     }
                     _ => {
-                        let (captured, text) = capture(cursor, child, writer)?;
+                        let (captured, text) = capture(cursor, child, writer, first_span.map(|s| s.text))?;
                         Ok((captured, text, Vec::new()))
                     }
                 })?;
@@ -490,15 +499,20 @@ fn read_status<'b>(
 }
 
 /// The value here captured on `paths` as [`Capture`] captures it, and its
-/// text. A value read whole is only moved past with [`Cursor::skip`]: its
-/// text is what is captured.
+/// text. A value read whole is only moved past with [`Cursor::skip`] (read
+/// against `first`, the first object's text of it, if any): its text is
+/// what is captured.
 fn capture<'b>(
     cursor: &mut Cursor<'b>,
     paths: &PathTree,
     writer: Option<usize>,
+    first: Option<&str>,
 ) -> Result<(Captured<'b>, &'b str), Unread> {
     if paths.is_whole() {
-        let text = cursor.skip()?;
+        let text = match first {
+            Some(first) => cursor.skip_against(first)?,
+            None => cursor.skip()?,
+        };
         return Ok((Captured::whole(paths, writer, text), text));
     }
     cursor.value(Capture(paths, writer))
@@ -593,7 +607,10 @@ fn read_item<'b>(
     let member = |cursor: &mut Cursor<'b>, key: Cow<'b, str>| {
         spend_on_member::<serde_json::Error>(&key)?;
         let raw = match first_members.get(members.len()) {
-            Some((first_key, raw)) if *first_key == key && cursor.same(raw) => *raw,
+            Some((first_key, raw)) if *first_key == key => match cursor.same(raw) {
+                true => *raw,
+                false => cursor.skip_against(raw)?,
+            },
             _ => cursor.skip()?,
         };
         members.push((key, raw));
@@ -653,7 +670,7 @@ fn read_to_difference<'b>(
         return Ok(ReadTo::Start);
     };
     let start = cursor.start();
-    let Some(value) = cursor.skip_at(start + value_at) else {
+    let Some(value) = cursor.skip_at(start + value_at, members[changed].1) else {
         return Ok(ReadTo::Start);
     };
     for (key, raw) in &members[..changed] {

@@ -43,17 +43,43 @@ const fn string_specials() -> [bool; 256] {
 
 static STRING_SPECIAL: [bool; 256] = string_specials();
 
+/// Where a validating skip notes the start of each value it meets.
+pub(crate) trait ValueStarts {
+    fn note(&mut self, at: usize);
+}
+
+/// Notes nothing: every skip but those of the object read first.
+struct Unnoted;
+
+impl ValueStarts for Unnoted {
+    #[inline(always)]
+    fn note(&mut self, _: usize) {}
+}
+
 /// The end of the JSON value that starts at `at` (white space before it
 /// allowed), if serde_json's `IgnoredAny` reads the same text to the same
 /// end; `None` if the text is not a valid value there, or if it is not sure.
-pub(crate) fn value_end(text: &[u8], mut at: usize) -> Option<usize> {
+pub(crate) fn value_end(text: &[u8], at: usize) -> Option<usize> {
+    value_end_noting(text, at, &mut Unnoted)
+}
+
+/// [`value_end`], noting in `starts` where each string, number and literal
+/// it meets starts (the value itself, its members' values, its items, and
+/// theirs, in order), for a later read of another text against this one
+/// ([`value_end_against`]): only those are ever read alone.
+/// What it notes before it answers `None` are starts too: the text up to
+/// there is JSON.
+pub(crate) fn value_end_noting(text: &[u8], mut at: usize, starts: &mut impl ValueStarts) -> Option<usize> {
     // One bit per open container, the innermost lowest: 1 for an object.
     let mut objects: u64 = 0;
     let mut depth = 0u32;
     loop {
         at = past_space(text, at);
         match *text.get(at)? {
-            b'"' => at = string_end(text, at + 1)?,
+            b'"' => {
+                starts.note(at);
+                at = string_end(text, at + 1)?;
+            }
             open @ (b'{' | b'[') => {
                 if depth == MAX_DEPTH {
                     return None;
@@ -69,10 +95,22 @@ pub(crate) fn value_end(text: &[u8], mut at: usize) -> Option<usize> {
                     continue;
                 }
             }
-            b't' => at = literal_end(text, at, b"true")?,
-            b'f' => at = literal_end(text, at, b"false")?,
-            b'n' => at = literal_end(text, at, b"null")?,
-            b'-' | b'0'..=b'9' => at = number_end(text, at)?,
+            b't' => {
+                starts.note(at);
+                at = literal_end(text, at, b"true")?;
+            }
+            b'f' => {
+                starts.note(at);
+                at = literal_end(text, at, b"false")?;
+            }
+            b'n' => {
+                starts.note(at);
+                at = literal_end(text, at, b"null")?;
+            }
+            b'-' | b'0'..=b'9' => {
+                starts.note(at);
+                at = number_end(text, at)?;
+            }
             _ => return None,
         }
         // After a value: close the containers that end here, then on to
@@ -101,6 +139,91 @@ pub(crate) fn value_end(text: &[u8], mut at: usize) -> Option<usize> {
             }
         }
     }
+}
+
+/// The end of the JSON value at `at` (white space before it allowed), read
+/// against `first`: the span in `text` of a value read before with
+/// [`value_end_noting`], which noted where its values start (`starts`,
+/// sorted; any of them, or none, is sound). The end is [`value_end`]'s,
+/// found without reading again the bytes that are `first`'s.
+///
+/// The bytes alike from here and from `first`'s start are moved past
+/// unread. Where they first differ, inside a value that is not an object or
+/// a list in `first` (or just past its end) and whose start was noted, that
+/// value is read here alone with [`value_end`]: up to its start the two
+/// texts are the same bytes, so a reader is in the same state in both, and
+/// past it in the state it was past the first's. Then on from past both,
+/// to the next difference. Where `first`'s end is reached with the byte
+/// after it here ending a member or an item (so that no number goes on),
+/// the value ends there.
+///
+/// `None` where it cannot tell: a difference in a key, between values, in an
+/// object's or a list's own bytes, at a start not noted, or just past the
+/// value just read. The caller then reads the value whole; the rewrite of
+/// a controller's own values (a condition's `observedGeneration` and
+/// `lastTransitionTime` in each of 256 conditions of a Gateway API route)
+/// is the case it is for.
+pub(crate) fn value_end_against(text: &[u8], at: usize, first: (usize, usize), starts: &[u32]) -> Option<usize> {
+    let (first_start, first_end) = first;
+    let first_text = text.get(..first_end)?;
+    let (mut here, mut there) = (past_space(text, at), first_start);
+    // Where the last value read here ended (before the white space after it).
+    let mut value_here_ends = here;
+    // The first noted start at or after `there`, walked forward as it moves.
+    let mut noted = starts.partition_point(|&start| (start as usize) < first_start);
+    loop {
+        let alike = common_prefix(text.get(here..)?, first_text.get(there..)?);
+        if there + alike == first_end {
+            let end = if alike == 0 { value_here_ends } else { here + alike };
+            let after = text.get(past_space(text, end)).copied();
+            return matches!(after, Some(b',' | b'}' | b']')).then_some(end);
+        }
+        let differs = there + alike;
+        // The last noted start at or before the difference.
+        while starts.get(noted + 1).is_some_and(|&start| start as usize <= differs) {
+            noted += 1;
+        }
+        let value = *starts.get(noted)? as usize;
+        // Before `there`: the value just read (or none), which would be
+        // read again.
+        if value < there || value > differs {
+            return None;
+        }
+        if matches!(first_text.get(value), Some(b'{' | b'[')) {
+            return None;
+        }
+        let value_there_ends = value_end(first_text, value)?;
+        if differs > value_there_ends {
+            return None;
+        }
+        value_here_ends = value_end(text, here + (value - there))?;
+        // Past both values and the white space after them: a reader is in
+        // the same state after either.
+        here = past_space(text, value_here_ends);
+        there = past_space(first_text, value_there_ends);
+    }
+}
+
+/// How many bytes `a` and `b` start with alike: sixteen at a time, then
+/// byte by byte (what is compared are values of a status, hundreds of
+/// bytes).
+pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let len = a.len().min(b.len());
+    let mut at = 0;
+    while let (Some(x), Some(y)) = (a.get(at..at + 16), b.get(at..at + 16)) {
+        let mut words = [[0; 16]; 2];
+        words[0].copy_from_slice(x);
+        words[1].copy_from_slice(y);
+        let differ = u128::from_le_bytes(words[0]) ^ u128::from_le_bytes(words[1]);
+        if differ != 0 {
+            return at + differ.trailing_zeros() as usize / 8;
+        }
+        at += 16;
+    }
+    while at < len && a[at] == b[at] {
+        at += 1;
+    }
+    at
 }
 
 /// Past JSON's white space (the four characters serde_json skips).
@@ -196,6 +319,7 @@ fn past_digits(text: &[u8], mut at: usize) -> usize {
 /// Past a number, as serde_json's grammar has it: `-`?, then `0` or a
 /// digit run not starting with `0`, then `.` and digits, then `e` or `E`,
 /// a sign and digits.
+#[inline(always)]
 fn number_end(text: &[u8], mut at: usize) -> Option<usize> {
     if text.get(at) == Some(&b'-') {
         at += 1;
@@ -317,6 +441,85 @@ mod tests {
         assert_eq!(value_end(at_limit.as_bytes(), 0), Some(at_limit.len()));
     }
 
+    /// Starts noted into a vector, as the cursor notes them.
+    impl ValueStarts for Vec<u32> {
+        fn note(&mut self, at: usize) {
+            self.push(u32::try_from(at).unwrap());
+        }
+    }
+
+    /// `second` read against `first` in the text `[first,second]`, the
+    /// starts noted as the first was read (those `keep` keeps of them):
+    /// where it ends, and where [`value_end`] ends it.
+    fn against(first: &str, second: &str, keep: impl Fn(usize) -> bool) -> (Option<usize>, Option<usize>) {
+        let text = format!("[{first},{second}]");
+        let mut starts = Vec::new();
+        assert_eq!(
+            value_end_noting(text.as_bytes(), 1, &mut starts),
+            Some(1 + first.len()),
+            "{first}"
+        );
+        let starts: Vec<u32> = starts
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, s)| s)
+            .collect();
+        let at = first.len() + 2;
+        (
+            value_end_against(text.as_bytes(), at, (1, 1 + first.len()), &starts),
+            value_end(text.as_bytes(), at),
+        )
+    }
+
+    #[test]
+    fn a_value_is_read_against_the_first_where_it_differs() {
+        let condition = |generation: u8, time: &str| {
+            format!(
+                r#"{{"type":"Ready","status":"True","observedGeneration":{generation},"lastTransitionTime":"{time}","message":"m"}}"#
+            )
+        };
+        let conditions =
+            |generation, time| format!("[{},{}]", condition(generation, time), condition(generation, time));
+        let first = conditions(3, "2026-12-01T10:06:00Z");
+        // Where it ends it, `value_end` ends it.
+        for second in [
+            first.clone(),
+            // Two values of each item, as a controller rewrites them.
+            conditions(2, "2026-12-01T10:05:00Z"),
+            // A value longer, shorter, or of another kind; white space.
+            first.replace(":3,", ":12345,"),
+            first.replace(r#""m""#, r#""""#),
+            first.replace(r#""m""#, r#"{"a":[1,{"b":null}]}"#),
+            first.replace(":3,", ": 3 ,"),
+            first.replacen("True", "Tr\\u00fce", 1),
+            // A value changed at the very end, white space after it.
+            first.replace("\"m\"}]", "\"n\" }]"),
+        ] {
+            let (read, whole) = against(&first, &second, |_| true);
+            assert!(read.is_some(), "{second}");
+            assert_eq!(read, whole, "{second}");
+        }
+        // Where it cannot tell: a key renamed, an item or a member more or
+        // fewer, a number longer at the end, a start not noted. Or the text
+        // is not JSON: then neither reads it.
+        for (first, second, keep) in [
+            (first.as_str(), first.replace("\"message\"", "\"massage\""), usize::MAX),
+            (first.as_str(), format!("{},1]", &first[..first.len() - 1]), usize::MAX),
+            (first.as_str(), first.replacen(r#","message":"m""#, "", 1), usize::MAX),
+            ("12", "123".to_owned(), usize::MAX),
+            ("[1,2]", "[1,23,4]".to_owned(), usize::MAX),
+            (first.as_str(), conditions(2, "2026-12-01T10:06:00Z"), 2),
+            (first.as_str(), first.replace(":3,", ":03,"), usize::MAX),
+            (first.as_str(), first.replace(":3,", ":3 x,"), usize::MAX),
+            (first.as_str(), first.replace("\"m\"}]", "\"m\" } ]"), usize::MAX),
+            (first.as_str(), first.replacen(r#""m""#, "\"\u{1}\"", 1), usize::MAX),
+        ] {
+            let (read, _) = against(first, &second, |i| i < keep);
+            assert_eq!(read, None, "{second}");
+        }
+    }
+
     /// Text near JSON: pieces of its grammar, broken ones included.
     fn json_like() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
@@ -346,6 +549,29 @@ mod tests {
         ) {
             let expected = text.iter().skip(at).position(|&b| b < 0x20 || b == b'"' || b == b'\\').map(|i| at + i);
             prop_assert_eq!(plain_run_end(&text, at), expected);
+        }
+
+        /// Read against a value serde_json wrote, a text made of it with
+        /// any piece of it replaced by any text near JSON is read to the
+        /// end serde_json reads it to, or not read; whatever starts were
+        /// noted.
+        #[test]
+        fn a_value_read_against_another_ends_where_serde_json_ends_it(
+            value in crate::test_support::json_value(),
+            cut in (0usize..64, 0usize..8),
+            piece in json_like(),
+            noted in any::<u64>(),
+        ) {
+            let first = serde_json::to_string(&value).unwrap();
+            let from = cut.0.min(first.len());
+            let to = (from + cut.1).min(first.len());
+            let second = format!("{}{piece}{}", &first[..from], &first[to..]);
+            let (read, _) = against(&first, &second, |i| noted >> (i % 64) & 1 == 1);
+            if let Some(end) = read {
+                let text = format!("[{first},{second}]");
+                let at = first.len() + 2;
+                prop_assert_eq!(serde_end(&text[at..]).map(|end| at + end), Some(end), "{}", second);
+            }
         }
 
         /// On values serde_json writes, it answers, and at their end.

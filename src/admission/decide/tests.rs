@@ -1543,6 +1543,60 @@ fn rolled_back_entries_are_proven_changed_unbuilt_and_named_as_building_names_th
     }
 }
 
+/// Issue 25: a keyed entry whose nested conditions a write rewrote (the
+/// route's stale retry: two values in each of the 8 conditions of all 32
+/// entries) is read against the first object's entry where it differs
+/// (`Cursor::skip_against`), not whole; one pass answers what two passes
+/// answer, also where the rewrite is not of values alone (a member more)
+/// or is not JSON.
+#[test]
+fn rewritten_nested_conditions_are_read_against_the_first_where_they_differ() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("gateway-api.yaml")).unwrap();
+    let stale = std::fs::read(examples.join("gateway-route-stale-review.json")).unwrap();
+    // The second object read is `oldObject`: the API server writes it last.
+    let second = String::from_utf8(stale.clone())
+        .unwrap()
+        .rfind("\"oldObject\"")
+        .unwrap();
+    let in_second = |from: &str, to: &str| {
+        let body = String::from_utf8(stale.clone()).unwrap();
+        let at = second + body[second..].find(from).unwrap();
+        format!("{}{to}{}", &body[..at], &body[at + from.len()..]).into_bytes()
+    };
+    let member_more = in_second(r#""type":"Accepted","#, r#""type":"Accepted","added":1,"#);
+    let not_json = in_second(r#""observedGeneration":"#, r#""observedGeneration":0"#);
+    for (case, body, read_against) in [
+        ("the stale retry", &stale, 32),
+        ("a condition with a member more", &member_more, 31),
+        ("a condition that is not JSON", &not_json, 0),
+    ] {
+        for mode in ["enforce", "trim", "audit"] {
+            let rules = Ownership::from_yaml(&text.replace("mode: enforce", &format!("mode: {mode}"))).unwrap();
+            for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+                let before = crate::admission::cursor::read_against();
+                let one_pass = answered(read_and_decide(&rules, body, endpoint));
+                let read = crate::admission::cursor::read_against() - before;
+                let two_passes = parse_request(body).map(|request| {
+                    let decided = decide_request(&rules, &request, endpoint);
+                    (request, decided)
+                });
+                assert_eq!(one_pass, answered(two_passes), "{case}, {mode} {endpoint:?}");
+                // Where the mode reads objects at this endpoint.
+                if matches!(
+                    (mode, endpoint),
+                    ("enforce", Endpoint::Validate) | ("trim", Endpoint::Mutate)
+                ) {
+                    assert!(
+                        read >= read_against,
+                        "{case}, {mode} {endpoint:?}: {read} read against the first"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Issue 25: an observed write is read as fast as any other, and the
 /// observer is given the statuses' text as the single pass found it (the
 /// second status read, or taken as the first's text): it reads from it what
