@@ -148,9 +148,9 @@ pub(crate) fn value_end_noting(text: &[u8], mut at: usize, starts: &mut impl Val
 /// found without reading again the bytes that are `first`'s.
 ///
 /// The bytes alike from here and from `first`'s start are moved past
-/// unread. Where they first differ, inside a value that is not an object or
-/// a list in `first` (or just past its end) and whose start was noted, that
-/// value is read here alone with [`value_end`]: up to its start the two
+/// unread. Where they first differ, inside a value whose start was noted (a
+/// string, a number or a literal), or just past its end, that value is
+/// read here alone with [`value_end`]: up to its start the two
 /// texts are the same bytes, so a reader is in the same state in both, and
 /// past it in the state it was past the first's. Then on from past both,
 /// to the next difference. Where `first`'s end is reached with the byte
@@ -158,8 +158,8 @@ pub(crate) fn value_end_noting(text: &[u8], mut at: usize, starts: &mut impl Val
 /// the value ends there.
 ///
 /// `None` where it cannot tell: a difference in a key, between values, in an
-/// object's or a list's own bytes, at a start not noted, or just past the
-/// value just read. The caller then reads the value whole; the rewrite of
+/// object's or a list's own bytes, in a value whose start was not noted, or
+/// just past the value just read. The caller then reads the value whole; the rewrite of
 /// a controller's own values (a condition's `observedGeneration` and
 /// `lastTransitionTime` in each of 256 conditions of a Gateway API route)
 /// is the case it is for.
@@ -189,18 +189,30 @@ pub(crate) fn value_end_against(text: &[u8], at: usize, first: (usize, usize), s
         if value < there || value > differs {
             return None;
         }
-        if matches!(first_text.get(value), Some(b'{' | b'[')) {
-            return None;
-        }
-        let value_there_ends = value_end(first_text, value)?;
+        let value_there_ends = any_value_end(first_text, value)?;
         if differs > value_there_ends {
             return None;
         }
-        value_here_ends = value_end(text, here + (value - there))?;
+        value_here_ends = any_value_end(text, here + (value - there))?;
         // Past both values and the white space after them: a reader is in
         // the same state after either.
         here = past_space(text, value_here_ends);
         there = past_space(first_text, value_there_ends);
+    }
+}
+
+/// [`value_end`], a string, a number or a literal read without its loop
+/// (what [`value_end_against`] reads alone is mostly those).
+#[inline(always)]
+fn any_value_end(text: &[u8], at: usize) -> Option<usize> {
+    let at = past_space(text, at);
+    match *text.get(at)? {
+        b'"' => string_end(text, at + 1),
+        b't' => literal_end(text, at, b"true"),
+        b'f' => literal_end(text, at, b"false"),
+        b'n' => literal_end(text, at, b"null"),
+        b'-' | b'0'..=b'9' => number_end(text, at),
+        _ => value_end(text, at),
     }
 }
 
@@ -535,6 +547,7 @@ mod tests {
         /// Wherever it answers, serde_json reads the value to the same end.
         #[test]
         fn it_answers_only_as_serde_json_does(text in json_like()) {
+            prop_assert_eq!(any_value_end(text.as_bytes(), 0), value_end(text.as_bytes(), 0));
             if let Some(end) = value_end(text.as_bytes(), 0) {
                 prop_assert_eq!(serde_end(&text), Some(end));
             }
