@@ -143,9 +143,12 @@ pub(crate) fn value_end_noting(text: &[u8], mut at: usize, starts: &mut impl Val
 
 /// The end of the JSON value at `at` (white space before it allowed), read
 /// against `first`: the span in `text` of a value read before with
-/// [`value_end_noting`], which noted where its values start (`starts`,
-/// sorted; any of them, or none, is sound). The end is [`value_end`]'s,
-/// found without reading again the bytes that are `first`'s.
+/// [`value_end_noting`] (not empty, no white space around it), which noted
+/// where its values start (`starts`, sorted; any of them, or none, is
+/// sound). The end is the one serde_json's `IgnoredAny` reads the value to
+/// ([`value_end`]'s, where it answers: a value read alone is nested within
+/// [`MAX_DEPTH`] of its own start, not of `at`), found without reading
+/// again the bytes that are `first`'s.
 ///
 /// The bytes alike from here and from `first`'s start are moved past
 /// unread. Where they first differ, inside a value whose start was noted (a
