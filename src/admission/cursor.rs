@@ -66,6 +66,13 @@ pub(crate) fn read_against() -> usize {
     READ_AGAINST.get()
 }
 
+/// Where `part`, a slice of `text`, lies in it: its start and end. `None`
+/// for text from elsewhere.
+pub(crate) fn span_in(text: &str, part: &str) -> Option<(usize, usize)> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    (start + part.len() <= text.len()).then_some((start, start + part.len()))
+}
+
 /// Where the values of the object read first start, noted as it is
 /// skipped ([`Cursor::note_starts`]), for [`Cursor::skip_against`].
 /// Held within the review's value budget: it stops noting (and those reads
@@ -83,6 +90,7 @@ impl Starts {
     fn grow(&mut self) -> bool {
         let more = self.starts.capacity().max(1024);
         let bytes = more * std::mem::size_of::<u32>();
+        // Asked first: a spend refused would leave the review nothing.
         let affordable = ValueBudget::left().is_none_or(|left| left >= bytes)
             && ValueBudget::spend::<serde_json::Error>(bytes).is_ok();
         if affordable {
@@ -104,6 +112,20 @@ impl ValueStarts for Starts {
             self.starts.push(at);
         }
     }
+}
+
+/// The members of the object that is the whole of `text`, as the single
+/// pass takes an item's: each key, and its value's text (a slice of `text`).
+#[cfg(test)]
+pub(crate) fn members_of(text: &str) -> Result<Vec<(Cow<'_, str>, &str)>, Unread> {
+    let mut cursor = Cursor::new(text);
+    let mut members = Vec::new();
+    cursor.object(|cursor, key| {
+        members.push((key, cursor.skip()?));
+        Ok(())
+    })?;
+    cursor.end()?;
+    Ok(members)
 }
 
 /// A position in JSON text known to be UTF-8.
@@ -200,22 +222,18 @@ impl<'b> Cursor<'b> {
     }
 
     /// Moves past the value here as [`Cursor::skip`] does, read against
-    /// `first`, the text of a value of this text skipped while noting
-    /// ([`Cursor::note_starts`]): only where it differs from `first` (see
-    /// [`super::skip::value_end_against`]), else whole.
-    pub(crate) fn skip_against(&mut self, first: &str) -> Result<&'b str, Unread> {
+    /// `first` (if any), the text of a value of this text skipped while
+    /// noting ([`Cursor::note_starts`]): only where it differs from `first`
+    /// (see [`super::skip::value_end_against`]), else whole.
+    pub(crate) fn skip_against(&mut self, first: Option<&str>) -> Result<&'b str, Unread> {
         self.skip_space();
-        let bytes = self.text.as_bytes();
         // Only an object or a list holds values to read alone: a string, a
         // number or a literal that differs is read whole.
-        if !matches!(first.as_bytes().first(), Some(b'{' | b'[')) {
+        let Some(first) = first.filter(|first| matches!(first.as_bytes().first(), Some(b'{' | b'['))) else {
             return self.skip();
-        }
-        // `first` is a value of this text: where it is.
-        let first_start = (first.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize);
-        let first_span = first_start.filter(|start| start + first.len() <= bytes.len());
-        let end = first_span.and_then(|start| {
-            super::skip::value_end_against(bytes, self.at, (start, start + first.len()), &self.starts.starts)
+        };
+        let end = span_in(self.text, first).and_then(|first| {
+            super::skip::value_end_against(self.text.as_bytes(), self.at, first, &self.starts.starts)
         });
         match end.and_then(|end| self.text.get(self.at..end)) {
             Some(text) => {
@@ -272,7 +290,7 @@ impl<'b> Cursor<'b> {
     pub(crate) fn skip_at(&mut self, at: usize, first: &str) -> Option<&'b str> {
         let was = self.at;
         self.at = at;
-        let skipped = self.skip_against(first).ok();
+        let skipped = self.skip_against(Some(first)).ok();
         if skipped.is_none() {
             self.at = was;
         }
@@ -398,14 +416,8 @@ mod tests {
     use serde_json::Value;
 
     fn members(text: &str) -> Result<Vec<(String, String)>, Unread> {
-        let mut cursor = Cursor::new(text);
-        let mut read = Vec::new();
-        cursor.object(|cursor, key| {
-            read.push((key.into_owned(), cursor.skip()?.to_owned()));
-            Ok(())
-        })?;
-        cursor.end()?;
-        Ok(read)
+        let read = members_of(text)?;
+        Ok(read.into_iter().map(|(k, v)| (k.into_owned(), v.to_owned())).collect())
     }
 
     #[test]

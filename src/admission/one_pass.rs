@@ -34,7 +34,7 @@ use serde::de::value::MapDeserializer;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::cursor::{Cursor, Unread};
+use super::cursor::{Cursor, Unread, count_taken, span_in};
 use super::observe::StatusTexts;
 use super::project::{
     Capture, Captured, CapturedItem, Depth, ItemMembers, ItemRead, ListItem, ProjectError, ProjectedStatuses, Proofs,
@@ -404,10 +404,7 @@ fn read_object<'b>(
                 metadata = Some(read);
                 Ok(span)
             }
-            _ => match first_member {
-                Some(first) => cursor.skip_against(first.text),
-                None => cursor.skip(),
-            },
+            _ => cursor.skip_against(first_member.map(|first| first.text)),
         })?;
         spans.keep(key, Span::new(read, spent))
     })?;
@@ -447,10 +444,7 @@ fn read_status<'b>(
         let Some(child) = paths.child(&key) else {
             // Not read: only its text matters, for the object read second.
             if same_text(cursor, first_span)?.is_none() {
-                let text = match first_span {
-                    Some(first) => cursor.skip_against(first.text)?,
-                    None => cursor.skip()?,
-                };
+                let text = cursor.skip_against(first_span.map(|first| first.text))?;
                 spans.keep(key, Span::new(text, 0))?;
             }
             return Ok(());
@@ -509,10 +503,7 @@ fn capture<'b>(
     first: Option<&str>,
 ) -> Result<(Captured<'b>, &'b str), Unread> {
     if paths.is_whole() {
-        let text = match first {
-            Some(first) => cursor.skip_against(first)?,
-            None => cursor.skip()?,
-        };
+        let text = cursor.skip_against(first)?;
         return Ok((Captured::whole(paths, writer, text), text));
     }
     cursor.value(Capture(paths, writer))
@@ -609,7 +600,7 @@ fn read_item<'b>(
         let raw = match first_members.get(members.len()) {
             Some((first_key, raw)) if *first_key == key => match cursor.same(raw) {
                 true => *raw,
-                false => cursor.skip_against(raw)?,
+                false => cursor.skip_against(Some(raw))?,
             },
             _ => cursor.skip()?,
         };
@@ -655,10 +646,7 @@ fn read_to_difference<'b>(
 ) -> Result<ReadTo, Unread> {
     // Where each member's value lies in the first item's text (all of them
     // do, from the first object's read).
-    let span = |raw: &str| {
-        let at = (raw.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
-        (at + raw.len() <= text.len()).then_some((at, at + raw.len()))
-    };
+    let span = |raw: &str| span_in(text, raw);
     // The first member whose value does not end before the difference.
     let Some(changed) = members
         .iter()
@@ -680,7 +668,7 @@ fn read_to_difference<'b>(
     let changed_key = &members[changed].0;
     spend_on_member::<serde_json::Error>(changed_key)?;
     read.push((changed_key.clone(), value));
-    crate::admission::cursor::count_taken(changed);
+    count_taken(changed);
     if !cursor.take_text(&text[value_end..]) {
         return Ok(ReadTo::Member);
     }
@@ -688,7 +676,7 @@ fn read_to_difference<'b>(
         spend_on_member::<serde_json::Error>(key)?;
         read.push((key.clone(), raw));
     }
-    crate::admission::cursor::count_taken(members.len() - changed - 1);
+    count_taken(members.len() - changed - 1);
     Ok(ReadTo::End)
 }
 
@@ -723,24 +711,12 @@ fn settle<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// An item's members as the first object's read takes them.
-    fn members_of(text: &str) -> ItemMembers<'_> {
-        let mut cursor = Cursor::new(text);
-        let mut members = Vec::new();
-        cursor
-            .object(|cursor, key| {
-                members.push((key, cursor.skip()?));
-                Ok(())
-            })
-            .unwrap();
-        members
-    }
+    use crate::admission::cursor::members_of;
 
     #[test]
     fn an_item_is_read_against_the_first_up_to_its_first_difference() {
         let first = r#"{"a":"m","b":2,"c":{"d":[1]}}"#;
-        let members = members_of(first);
+        let members = members_of(first).unwrap();
         // The second item; how far it is read; the members read, by index
         // into the first's, or as a value read here; where the cursor ends.
         let value = |text: &'static str| Err::<usize, _>(text);
