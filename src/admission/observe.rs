@@ -16,8 +16,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::cursor::Cursor;
 use super::decide::Endpoint;
 use super::decide::compare::same_items;
+use super::project;
 use super::wire::{ObjectView, ReviewRequest};
 use crate::ownership::{FieldPath, Item, KeyedList, Mode, Ownership, ResourceRules, condition_type, same_value};
 
@@ -239,6 +241,18 @@ pub fn read(write: ReviewedWrite, rules: &Ownership) -> Result<Option<ObservedWr
 /// item changed; each declared field path (any writer's) that changed; and
 /// each top-level field that changed outside the declared paths.
 fn changed_items(rules: &ResourceRules, old: Option<&str>, new: Option<&str>) -> Result<Vec<Item>, serde_json::Error> {
+    changed_items_reading(rules, old, new, true)
+}
+
+/// [`changed_items`], `by_text` telling the lists of items it can from
+/// their text ([`items_changed_by_text`]); without it, every member that
+/// changed is built and compared (what the tests compare it with).
+fn changed_items_reading(
+    rules: &ResourceRules,
+    old: Option<&str>,
+    new: Option<&str>,
+    by_text: bool,
+) -> Result<Vec<Item>, serde_json::Error> {
     let (old_members, new_members) = (members(old)?, members(new)?);
     let conditions_key = rules.conditions_path.segments().first().map(String::as_str);
     let declared: Vec<&FieldPath> = rules.writers.iter().flat_map(|w| &w.fields).collect();
@@ -251,11 +265,15 @@ fn changed_items(rules: &ResourceRules, old: Option<&str>, new: Option<&str>) ->
     for key in keys {
         let (before, after) = (old_members.get(key), new_members.get(key));
         // The API server encodes both objects alike: equal text, equal value.
-        if before.map(|r| r.get()) == after.map(|r| r.get()) {
+        if before == after {
             continue;
         }
-        let parse = |raw: Option<&&RawValue>| {
-            raw.map(|r| crate::value_budget::build(&mut serde_json::Deserializer::from_str(r.get())))
+        if by_text && let Some(items) = items_changed_by_text(rules, key, before, after, &declared) {
+            changed.extend(items);
+            continue;
+        }
+        let parse = |raw: Option<&&str>| {
+            raw.map(|r| crate::value_budget::build(&mut serde_json::Deserializer::from_str(r)))
                 .transpose()
         };
         let (before, after) = (parse(before)?, parse(after)?);
@@ -327,6 +345,51 @@ fn changed_items(rules: &ResourceRules, old: Option<&str>, new: Option<&str>) ->
     Ok(changed.into_iter().collect())
 }
 
+/// The items that changed in the top-level member `key` of two statuses,
+/// told from their text where the member is a list of items that only one
+/// rule reads as such (the conditions, by type; or keyed lists, by key) and
+/// no declared path reads into: as the decision tells a changed group
+/// without building it ([`project::changed_keys_by_text`]). `None` where
+/// that does not tell: the member is then built and compared. A stale
+/// retry of a Gateway route rewrites all its entries; building them was
+/// most of what observing it cost.
+fn items_changed_by_text(
+    rules: &ResourceRules,
+    key: &str,
+    before: Option<&&str>,
+    after: Option<&&str>,
+    declared: &[&FieldPath],
+) -> Option<Vec<Item>> {
+    let (before, after) = (*before?, *after?);
+    let is_key = |path: &FieldPath| path.segments().first().map(String::as_str) == Some(key);
+    let whole = |path: &FieldPath| path.segments().len() == 1;
+    if declared.iter().any(|path| is_key(path)) {
+        return None;
+    }
+    let lists: Vec<&KeyedList> = rules.lists.iter().filter(|list| is_key(&list.path)).collect();
+    if is_key(&rules.conditions_path) {
+        if !lists.is_empty() || !whole(&rules.conditions_path) {
+            return None;
+        }
+        // A type's last item is the one that counts (`condition_changes`).
+        let types = project::changed_keys_by_text(before, after, "type", true)?;
+        return Some(types.into_iter().map(Item::Condition).collect());
+    }
+    if lists.is_empty() || !lists.iter().all(|list| whole(&list.path)) {
+        return None;
+    }
+    let mut items = Vec::new();
+    for list in lists {
+        let values = project::changed_keys_by_text(before, after, &list.key, false)?;
+        items.extend(values.into_iter().map(|value| Item::Entry {
+            list: list.path.clone(),
+            key: list.key.clone(),
+            value,
+        }));
+    }
+    Some(items)
+}
+
 /// The (member, value) groups whose entries differ between two lists,
 /// entries grouped by each (member, value) `keys_of` gives them and
 /// compared as multisets, as the decision compares keyed entries: an entry
@@ -376,12 +439,25 @@ fn names_a_writer(value: &str) -> bool {
 }
 
 /// The top-level members of a status (none for an absent or null one, or
-/// one that is not an object).
-fn members(status: Option<&str>) -> Result<BTreeMap<Cow<'_, str>, &RawValue>, serde_json::Error> {
-    match status {
-        Some(text) if text.trim_start().starts_with('{') => serde_json::from_str(text),
-        _ => Ok(BTreeMap::new()),
+/// one that is not an object): each key and its value's text, the last of
+/// a key written twice, as a parse keeps it. Read with the decision's
+/// validating skip; a text it cannot read (one nested deeper than it
+/// reads) is read by serde_json instead, which says why it is not JSON.
+fn members(status: Option<&str>) -> Result<BTreeMap<Cow<'_, str>, &str>, serde_json::Error> {
+    let Some(text) = status.filter(|text| text.trim_start().starts_with('{')) else {
+        return Ok(BTreeMap::new());
+    };
+    let mut cursor = Cursor::new(text);
+    let mut members = BTreeMap::new();
+    let read = cursor.object(|cursor, key| {
+        members.insert(key, cursor.skip()?);
+        Ok(())
+    });
+    if read.and_then(|()| cursor.end()).is_ok() {
+        return Ok(members);
     }
+    let parsed: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(text)?;
+    Ok(parsed.into_iter().map(|(key, raw)| (key, raw.get())).collect())
 }
 
 /// The condition types whose items differ between two statuses.

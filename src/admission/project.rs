@@ -509,6 +509,68 @@ fn proven_one(old: &CapturedItem<'_>, new: &CapturedItem<'_>) -> bool {
     (!path.is_empty() && differ(&path)) || differ(&[])
 }
 
+/// The key values whose items differ between the lists `old` and `new`
+/// (each the whole of its text), items keyed by the string in their member
+/// `member`, told from the items' text as [`realize`] tells it: a key value
+/// whose items are the same text in the same order is unchanged, one whose
+/// fingerprints differ changed. `None` where that cannot be told: a text
+/// that is not a list (or too deep to read here), a key value left in doubt,
+/// none changed, or, with `one_per_key`, a key value with more than one item
+/// in a list (its last item is then the one that counts, which the
+/// multisets compared here do not follow). The caller then builds both
+/// lists and compares them. Nothing is built.
+pub(crate) fn changed_keys_by_text(old: &str, new: &str, member: &str, one_per_key: bool) -> Option<BTreeSet<String>> {
+    let (old, new) = (keyed_items(old, member)?, keyed_items(new, member)?);
+    let keys = |items: &[Option<CapturedItem<'_>>]| -> Option<BTreeSet<String>> {
+        let mut keys = BTreeSet::new();
+        for item in items.iter().flatten() {
+            if !keys.insert(item.key.as_ref().to_owned()) && one_per_key {
+                return None;
+            }
+        }
+        Some(keys)
+    };
+    let (mut all, new_keys) = (keys(&old)?, keys(&new)?);
+    all.extend(new_keys);
+    let unchanged = unchanged_keys(&old, &new);
+    let proven = proven_changed(&old, &new, &unchanged, false);
+    let told = |key: &String| unchanged.contains(key.as_str()) || proven.contains_key(key.as_str());
+    if proven.is_empty() || !all.iter().all(told) {
+        return None;
+    }
+    Some(proven.into_keys().map(str::to_owned).collect())
+}
+
+/// The items of the list that is the whole of `text`, each object item
+/// captured with its key (the string in its member `member`), anything
+/// else `None`; `None` where the text cannot be read here.
+fn keyed_items<'t>(text: &'t str, member: &str) -> Option<Vec<Option<CapturedItem<'t>>>> {
+    let mut cursor = super::cursor::Cursor::new(text);
+    let mut items = Vec::new();
+    let read = cursor.list(|cursor, _| {
+        if cursor.peek() != Some(b'{') {
+            cursor.skip()?;
+            items.push(None);
+            return Ok(());
+        }
+        let mut members = Vec::new();
+        cursor.object(|cursor, key| {
+            members.push((key, cursor.skip()?));
+            Ok(())
+        })?;
+        // The last key member wins, as the last of duplicate keys does in a value.
+        let key = members
+            .iter()
+            .rev()
+            .find(|(key, _)| key == member)
+            .and_then(|(_, raw)| string_of(raw));
+        items.push(key.map(|key| CapturedItem { key, members }));
+        Ok(())
+    });
+    read.and_then(|()| cursor.end()).ok()?;
+    Some(items)
+}
+
 /// The key values whose items are left out of both projections: those
 /// whose items are the same text, in the same order ([`unchanged_keys`]),
 /// and, when proving, those proven changed (named in `proving`, with what

@@ -340,3 +340,153 @@ proptest::proptest! {
         proptest::prop_assert!(json <= max_bytes + others, "{} bytes", json);
     }
 }
+
+/// A status of two keyed lists' worth of items, as a Gateway route's or a
+/// Widget's: `parents` entries keyed by `controllerName`, `conditions` by
+/// type, each item drawn from a few shapes that the same value can be
+/// written in (a number as `1` or `1.0`, a string escaped or not, a
+/// member `null` or absent, a key written twice, members reordered).
+fn item_strategy(key: &'static str) -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let owner = prop_oneof![
+        Just("\"a.io/gw\""),
+        Just("\"b.io/gw\""),
+        Just("\"\\u0061.io/gw\""),
+        Just("7"),
+    ];
+    let value = prop_oneof![
+        Just("1"),
+        Just("1.0"),
+        Just("2"),
+        Just("null"),
+        Just("\"x\""),
+        Just("\"\\u0078\""),
+        Just("[1,{\"a\":1}]"),
+        Just("{\"a\":1,\"b\":null}"),
+        Just("{\"b\":2,\"a\":1}"),
+    ];
+    let member = (prop_oneof![Just("s"), Just("t"), Just(key)], value.clone());
+    (owner, proptest::collection::vec(member, 0..4), value, any::<bool>()).prop_map(
+        move |(owner, members, extra, owner_last)| {
+            let mut parts: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let owned = format!("\"{key}\":{owner}");
+            match owner_last {
+                true => parts.push(owned),
+                false => parts.insert(0, owned),
+            }
+            if extra != "null" {
+                parts.push(format!("\"m\":{extra}"));
+            }
+            format!("{{{}}}", parts.join(","))
+        },
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+    /// What a write changed is the same whether its lists of items are
+    /// told from their text or built and compared.
+    #[test]
+    fn lists_told_from_their_text_change_what_built_lists_change(
+        old_parents in proptest::collection::vec(item_strategy("controllerName"), 0..5),
+        new_parents in proptest::collection::vec(item_strategy("controllerName"), 0..5),
+        old_conditions in proptest::collection::vec(item_strategy("type"), 0..4),
+        new_conditions in proptest::collection::vec(item_strategy("type"), 0..4),
+        keep in proptest::collection::vec(proptest::bool::ANY, 5),
+        odd in 0u8..4,
+    ) {
+        // New lists that keep some of the old items as they are, as a
+        // stale retry or an own write does.
+        let kept = |old: &[String], new: &[String]| -> Vec<String> {
+            let mut out: Vec<String> = old.iter().zip(&keep).filter(|(_, k)| **k).map(|(i, _)| i.clone()).collect();
+            out.extend(new.iter().cloned());
+            out
+        };
+        let list = |items: &[String]| format!("[{}]", items.join(","));
+        let new_parents = kept(&old_parents, &new_parents);
+        let new_conditions = kept(&old_conditions, &new_conditions);
+        // Now and then a list that is not a list of objects.
+        let new_conditions = match odd {
+            0 => "[1,\"x\"]".to_owned(),
+            1 => "{\"type\":\"A\"}".to_owned(),
+            _ => list(&new_conditions),
+        };
+        let old = format!("{{\"parents\":{},\"conditions\":{}}}", list(&old_parents), list(&old_conditions));
+        let new = format!("{{\"parents\":{},\"conditions\":{new_conditions}}}", list(&new_parents));
+        let keyed = Ownership::from_yaml(
+            "apiVersion: statusguard.dev/v1alpha1\nkind: StatusOwnership\nresources:\n  - group: example.com\n    resource: widgets\n    lists: [{path: parents, key: controllerName}]\n    writers:\n      - user: a\n        conditions: [A]\n",
+        )
+        .unwrap();
+        for rules in [keyed, rules()] {
+            let resource = rules.resource("example.com", "widgets").unwrap();
+            let by_text = changed_items_reading(resource, Some(&old), Some(&new), true).map_err(|e| e.to_string());
+            let built = changed_items_reading(resource, Some(&old), Some(&new), false).map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(by_text, built, "old {} new {}", old, new);
+        }
+    }
+}
+
+/// A Gateway route's stale retry (`examples/`): every one of its 32
+/// entries is rewritten, those of both implementations change, and that
+/// is told from their text, as building them tells it.
+#[test]
+fn a_routes_stale_retry_is_told_from_its_text() {
+    let review: Value =
+        serde_json::from_str(include_str!("../../../examples/gateway-route-stale-review.json")).unwrap();
+    let rules = Ownership::from_yaml(include_str!("../../../examples/gateway-api.yaml")).unwrap();
+    let resource = rules.resource("gateway.networking.k8s.io", "httproutes").unwrap();
+    let status = |object: &str| review["request"][object]["status"].to_string();
+    let (old, new) = (status("oldObject"), status("object"));
+    let (old_members, new_members) = (members(Some(&old)).unwrap(), members(Some(&new)).unwrap());
+    let declared: Vec<&FieldPath> = resource.writers.iter().flat_map(|w| &w.fields).collect();
+    let told = items_changed_by_text(
+        resource,
+        "parents",
+        old_members.get("parents"),
+        new_members.get("parents"),
+        &declared,
+    )
+    .expect("told from the text");
+    let told: Vec<String> = told.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        told,
+        [
+            "status.parents[controllerName=\"gateway.envoyproxy.io/gatewayclass-controller\"]",
+            "status.parents[controllerName=\"istio.io/gateway-controller\"]"
+        ]
+    );
+    let by_text = changed_items_reading(resource, Some(&old), Some(&new), true).unwrap();
+    let built = changed_items_reading(resource, Some(&old), Some(&new), false).unwrap();
+    assert_eq!(by_text, built);
+}
+
+#[test]
+fn a_statuss_members_are_read_as_a_parse_reads_them() {
+    let deep = |levels: usize| format!("{{\"d\": {}1{}}}", "[".repeat(levels), "]".repeat(levels));
+    // A key written twice; values nested deeper than the skip reads (which
+    // serde_json then reads); not JSON; not an object.
+    for text in [
+        r#"{"a": 1, "b": {"c": [1, "x"]}, "a" : 2}"#.to_owned(),
+        deep(100),
+        deep(200),
+        r#"{"a": 1,}"#.to_owned(),
+        r#"{"a": 1} x"#.to_owned(),
+        "[1]".to_owned(),
+    ] {
+        let parsed: Result<BTreeMap<String, &RawValue>, _> = match text.starts_with('{') {
+            true => serde_json::from_str(&text),
+            false => Ok(BTreeMap::new()),
+        };
+        let read = members(Some(&text));
+        match (read, parsed) {
+            (Ok(read), Ok(parsed)) => {
+                let read: BTreeMap<String, &str> = read.into_iter().map(|(k, v)| (k.into_owned(), v)).collect();
+                let parsed: BTreeMap<String, &str> = parsed.into_iter().map(|(k, v)| (k, v.get())).collect();
+                assert_eq!(read, parsed, "{text}");
+            }
+            (Err(_), Err(_)) => {}
+            (read, parsed) => panic!("{text}: read {read:?}, parsed {parsed:?}"),
+        }
+    }
+}
