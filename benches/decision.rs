@@ -116,6 +116,17 @@ fn benches(c: &mut Criterion) {
         &stale,
         Endpoint::Mutate,
     );
+    // The largest review of `LOAD_SWEEP=owned-size`: its owned endpoints,
+    // about 820 KB of the 844 KB, unchanged and taken by their text.
+    let large = common::review_shaped(true, common::Shape::sized(1 << 20));
+    group.throughput(criterion::Throughput::Bytes(large.len() as u64));
+    bench_answer(
+        &mut group,
+        "validate, stale write (denied), 844 KB",
+        &owned_enforce,
+        &large,
+        Endpoint::Validate,
+    );
     group.finish();
 
     // Issue 25: where the fixture's denial goes. The same stale write with
