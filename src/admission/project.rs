@@ -208,14 +208,7 @@ impl<'de> CapturedItem<'de> {
         writer: Option<usize>,
         members: ItemMembers<'de>,
     ) -> Result<Self, ItemMembers<'de>> {
-        // The last key member wins, as the last of duplicate keys does in a value.
-        let member = keyed.member.as_str();
-        let key = members
-            .iter()
-            .rev()
-            .find(|(key, _)| key == member)
-            .and_then(|(_, raw)| string_of(raw));
-        match key.filter(|key| match keyed.values.get(key.as_ref()) {
+        match key_of(&members, &keyed.member).filter(|key| match keyed.values.get(key.as_ref()) {
             Some(owner) => writer.is_none() || *owner != writer,
             None => false,
         }) {
@@ -228,6 +221,16 @@ impl<'de> CapturedItem<'de> {
     pub(crate) fn members(&self) -> &ItemMembers<'de> {
         &self.members
     }
+}
+
+/// An item's key: the string in its member `member`. The last such member
+/// counts, as the last of duplicate keys does in a value.
+fn key_of<'de>(members: &ItemMembers<'de>, member: &str) -> Option<Cow<'de, str>> {
+    members
+        .iter()
+        .rev()
+        .find(|(key, _)| key == member)
+        .and_then(|(_, raw)| string_of(raw))
 }
 
 /// The string a member's text holds, if it is a string: borrowed where it
@@ -514,7 +517,8 @@ fn proven_one(old: &CapturedItem<'_>, new: &CapturedItem<'_>) -> bool {
 /// `member`, told from the items' text as [`realize`] tells it: a key value
 /// whose items are the same text in the same order is unchanged, one whose
 /// fingerprints differ changed. `None` where that cannot be told: a text
-/// that is not a list (or too deep to read here), a key value left in doubt,
+/// that is not a list (or too deep to read here, or whose items' members
+/// are more than the budget of values in force holds), a key value left in doubt,
 /// none changed, or, with `one_per_key`, a key value with more than one item
 /// in a list (its last item is then the one that counts, which the
 /// multisets compared here do not follow). The caller then builds both
@@ -543,7 +547,8 @@ pub(crate) fn changed_keys_by_text(old: &str, new: &str, member: &str, one_per_k
 
 /// The items of the list that is the whole of `text`, each object item
 /// captured with its key (the string in its member `member`), anything
-/// else `None`; `None` where the text cannot be read here.
+/// else `None`; `None` where the text cannot be read here, or its members
+/// are more than the budget of values in force holds.
 fn keyed_items<'t>(text: &'t str, member: &str) -> Option<Vec<Option<CapturedItem<'t>>>> {
     let mut cursor = super::cursor::Cursor::new(text);
     let mut items = Vec::new();
@@ -555,16 +560,12 @@ fn keyed_items<'t>(text: &'t str, member: &str) -> Option<Vec<Option<CapturedIte
         }
         let mut members = Vec::new();
         cursor.object(|cursor, key| {
+            // Held as the single pass holds an item's members: counted.
+            spend_on_member::<serde_json::Error>(&key)?;
             members.push((key, cursor.skip()?));
             Ok(())
         })?;
-        // The last key member wins, as the last of duplicate keys does in a value.
-        let key = members
-            .iter()
-            .rev()
-            .find(|(key, _)| key == member)
-            .and_then(|(_, raw)| string_of(raw));
-        items.push(key.map(|key| CapturedItem { key, members }));
+        items.push(key_of(&members, member).map(|key| CapturedItem { key, members }));
         Ok(())
     });
     read.and_then(|()| cursor.end()).ok()?;

@@ -490,3 +490,31 @@ fn a_statuss_members_are_read_as_a_parse_reads_them() {
         }
     }
 }
+
+/// A write whose lists hold more members than the observer's budget of
+/// values is unreadable whether they are told from their text or built:
+/// the text path counts the members it holds as building them would.
+#[test]
+fn lists_over_the_budget_are_unreadable_either_way() {
+    let rules = Ownership::from_yaml(include_str!("../../../examples/gateway-api.yaml")).unwrap();
+    let resource = rules.resource("gateway.networking.k8s.io", "httproutes").unwrap();
+    let entry = |controller: &str, generation: u32| {
+        let members: Vec<String> = (0..50).map(|i| format!("\"m{i}\":{generation}")).collect();
+        format!("{{\"controllerName\":\"{controller}\",{}}}", members.join(","))
+    };
+    let status = |generation| {
+        let entries: Vec<String> = (0..40)
+            .map(|i| entry(&format!("c{}.io/gw", i % 2), generation))
+            .collect();
+        format!("{{\"parents\":[{}]}}", entries.join(","))
+    };
+    let (old, new) = (status(1), status(2));
+    for by_text in [true, false] {
+        assert!(changed_items_reading(resource, Some(&old), Some(&new), by_text).is_ok());
+        let _budget = crate::value_budget::ValueBudget::enter(16 * 1024);
+        assert!(
+            changed_items_reading(resource, Some(&old), Some(&new), by_text).is_err(),
+            "by text: {by_text}"
+        );
+    }
+}
