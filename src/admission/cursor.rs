@@ -115,8 +115,8 @@ impl ValueStarts for Starts {
 }
 
 /// The members of the object that is the whole of `text`, as the single
-/// pass takes an item's: each key, and its value's text (a slice of `text`).
-#[cfg(test)]
+/// pass takes an item's: each key, and its value's text (a slice of `text`),
+/// in order.
 pub(crate) fn members_of(text: &str) -> Result<Vec<(Cow<'_, str>, &str)>, Unread> {
     let mut cursor = Cursor::new(text);
     let mut members = Vec::new();

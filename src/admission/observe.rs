@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::cursor::Cursor;
+use super::cursor::members_of;
 use super::decide::Endpoint;
 use super::decide::compare::same_items;
 use super::project;
@@ -254,7 +254,6 @@ fn changed_items_reading(
     by_text: bool,
 ) -> Result<Vec<Item>, serde_json::Error> {
     let (old_members, new_members) = (members(old)?, members(new)?);
-    let conditions_key = rules.conditions_path.segments().first().map(String::as_str);
     let declared: Vec<&FieldPath> = rules.writers.iter().flat_map(|w| &w.fields).collect();
     let mut changed = BTreeSet::new();
     let keys: BTreeSet<&str> = old_members
@@ -268,7 +267,8 @@ fn changed_items_reading(
         if before == after {
             continue;
         }
-        if by_text && let Some(items) = items_changed_by_text(rules, key, before, after, &declared) {
+        let readers = Readers::of(rules, &declared, key);
+        if by_text && let Some(items) = items_changed_by_text(rules, &readers, before, after) {
             changed.extend(items);
             continue;
         }
@@ -289,17 +289,12 @@ fn changed_items_reading(
         };
         let (before, after) = (wrap(before), wrap(after));
         let mut explained = false;
-        if Some(key) == conditions_key {
+        if readers.conditions {
             let conditions = condition_changes(&rules.conditions_path, &before, &after);
             explained = !conditions.is_empty();
             changed.extend(conditions.into_iter().map(Item::Condition));
         }
-        let lists: Vec<&KeyedList> = rules
-            .lists
-            .iter()
-            .filter(|l| l.path.segments().first().map(String::as_str) == Some(key))
-            .collect();
-        for list in &lists {
+        for list in &readers.lists {
             let entries = entry_changes(list.entries(Some(&before)), list.entries(Some(&after)), |entry| {
                 list.key_of(entry).map(|value| (list.key.as_str(), value))
             });
@@ -314,8 +309,8 @@ fn changed_items_reading(
         // each member that could name their writer, for `suggest` to find
         // the one that does (Gateway API's controllerName). The list itself
         // is still named below, as any top-level field.
-        if lists.is_empty()
-            && Some(key) != conditions_key
+        if readers.lists.is_empty()
+            && !readers.conditions
             && let Ok(path) = FieldPath::parse(key)
         {
             let entries = entry_changes(list_at(&before, key), list_at(&after, key), |entry| {
@@ -329,10 +324,7 @@ fn changed_items_reading(
                 value,
             }));
         }
-        for path in declared
-            .iter()
-            .filter(|p| p.segments().first().map(String::as_str) == Some(key))
-        {
+        for path in &readers.declared {
             if !same_value(path.get(Some(&before)), path.get(Some(&after))) {
                 changed.insert(Item::Field((*path).clone()));
                 explained = true;
@@ -345,49 +337,67 @@ fn changed_items_reading(
     Ok(changed.into_iter().collect())
 }
 
-/// The items that changed in the top-level member `key` of two statuses,
-/// told from their text where the member is a list of items that only one
-/// rule reads as such (the conditions, by type; or keyed lists, by key) and
-/// no declared path reads into: as the decision tells a changed group
-/// without building it ([`project::changed_keys_by_text`]). `None` where
-/// that does not tell: the member is then built and compared. A stale
-/// retry of a Gateway route rewrites all its entries; building them was
-/// most of what observing it cost.
+/// The rules that read into one top-level member of a status.
+struct Readers<'r> {
+    /// It holds the conditions (the conditions path starts with it).
+    conditions: bool,
+    /// The keyed lists in it.
+    lists: Vec<&'r KeyedList>,
+    /// The declared field paths in it.
+    declared: Vec<&'r FieldPath>,
+}
+
+impl<'r> Readers<'r> {
+    /// The readers of member `key`, of the rules and declared paths given.
+    fn of(rules: &'r ResourceRules, declared: &[&'r FieldPath], key: &str) -> Self {
+        let in_key = |path: &FieldPath| path.segments().first().map(String::as_str) == Some(key);
+        Self {
+            conditions: in_key(&rules.conditions_path),
+            lists: rules.lists.iter().filter(|list| in_key(&list.path)).collect(),
+            declared: declared.iter().copied().filter(|path| in_key(path)).collect(),
+        }
+    }
+}
+
+/// The items that changed in a top-level member of two statuses, told
+/// from their text where the member is a list of items that only one rule
+/// reads as such (the conditions, by type; or keyed lists, by key) and no
+/// declared path reads into: as the decision tells a changed group without
+/// building it ([`project::changed_keys_by_text`]). `None` where that does
+/// not tell: the member is then built and compared. A stale retry of a
+/// Gateway route rewrites all its entries; building them was most of what
+/// observing it cost.
 fn items_changed_by_text(
     rules: &ResourceRules,
-    key: &str,
+    readers: &Readers<'_>,
     before: Option<&&str>,
     after: Option<&&str>,
-    declared: &[&FieldPath],
 ) -> Option<Vec<Item>> {
     let (before, after) = (*before?, *after?);
-    let is_key = |path: &FieldPath| path.segments().first().map(String::as_str) == Some(key);
     let whole = |path: &FieldPath| path.segments().len() == 1;
-    if declared.iter().any(|path| is_key(path)) {
+    if !readers.declared.is_empty() {
         return None;
     }
-    let lists: Vec<&KeyedList> = rules.lists.iter().filter(|list| is_key(&list.path)).collect();
-    if is_key(&rules.conditions_path) {
-        if !lists.is_empty() || !whole(&rules.conditions_path) {
-            return None;
+    match (readers.conditions, readers.lists.as_slice()) {
+        (true, []) if whole(&rules.conditions_path) => {
+            // A type's last item is the one that counts (`condition_changes`).
+            let types = project::changed_keys_by_text(before, after, "type", true)?;
+            Some(types.into_iter().map(Item::Condition).collect())
         }
-        // A type's last item is the one that counts (`condition_changes`).
-        let types = project::changed_keys_by_text(before, after, "type", true)?;
-        return Some(types.into_iter().map(Item::Condition).collect());
+        (false, lists @ [_, ..]) if lists.iter().all(|list| whole(&list.path)) => {
+            let mut items = Vec::new();
+            for list in lists {
+                let values = project::changed_keys_by_text(before, after, &list.key, false)?;
+                items.extend(values.into_iter().map(|value| Item::Entry {
+                    list: list.path.clone(),
+                    key: list.key.clone(),
+                    value,
+                }));
+            }
+            Some(items)
+        }
+        _ => None,
     }
-    if lists.is_empty() || !lists.iter().all(|list| whole(&list.path)) {
-        return None;
-    }
-    let mut items = Vec::new();
-    for list in lists {
-        let values = project::changed_keys_by_text(before, after, &list.key, false)?;
-        items.extend(values.into_iter().map(|value| Item::Entry {
-            list: list.path.clone(),
-            key: list.key.clone(),
-            value,
-        }));
-    }
-    Some(items)
 }
 
 /// The (member, value) groups whose entries differ between two lists,
@@ -447,14 +457,9 @@ fn members(status: Option<&str>) -> Result<BTreeMap<Cow<'_, str>, &str>, serde_j
     let Some(text) = status.filter(|text| text.trim_start().starts_with('{')) else {
         return Ok(BTreeMap::new());
     };
-    let mut cursor = Cursor::new(text);
-    let mut members = BTreeMap::new();
-    let read = cursor.object(|cursor, key| {
-        members.insert(key, cursor.skip()?);
-        Ok(())
-    });
-    if read.and_then(|()| cursor.end()).is_ok() {
-        return Ok(members);
+    // Collected in order: of a key written twice, the last is kept.
+    if let Ok(members) = members_of(text) {
+        return Ok(members.into_iter().collect());
     }
     let parsed: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(text)?;
     Ok(parsed.into_iter().map(|(key, raw)| (key, raw.get())).collect())

@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::cursor::Cursor;
 use super::fingerprint;
 use super::wire::BorrowedKey;
 use crate::ownership::{FieldPath, KeyedItems, PathTree};
@@ -525,20 +526,19 @@ fn proven_one(old: &CapturedItem<'_>, new: &CapturedItem<'_>) -> bool {
 /// lists and compares them. Nothing is built.
 pub(crate) fn changed_keys_by_text(old: &str, new: &str, member: &str, one_per_key: bool) -> Option<BTreeSet<String>> {
     let (old, new) = (keyed_items(old, member)?, keyed_items(new, member)?);
-    let keys = |items: &[Option<CapturedItem<'_>>]| -> Option<BTreeSet<String>> {
+    let mut all = BTreeSet::new();
+    for items in [&old, &new] {
         let mut keys = BTreeSet::new();
         for item in items.iter().flatten() {
-            if !keys.insert(item.key.as_ref().to_owned()) && one_per_key {
+            if !keys.insert(item.key.as_ref()) && one_per_key {
                 return None;
             }
         }
-        Some(keys)
-    };
-    let (mut all, new_keys) = (keys(&old)?, keys(&new)?);
-    all.extend(new_keys);
+        all.extend(keys);
+    }
     let unchanged = unchanged_keys(&old, &new);
     let proven = proven_changed(&old, &new, &unchanged, false);
-    let told = |key: &String| unchanged.contains(key.as_str()) || proven.contains_key(key.as_str());
+    let told = |key: &&str| unchanged.contains(key) || proven.contains_key(key);
     if proven.is_empty() || !all.iter().all(told) {
         return None;
     }
@@ -550,7 +550,7 @@ pub(crate) fn changed_keys_by_text(old: &str, new: &str, member: &str, one_per_k
 /// else `None`; `None` where the text cannot be read here, or its members
 /// are more than the budget of values in force holds.
 fn keyed_items<'t>(text: &'t str, member: &str) -> Option<Vec<Option<CapturedItem<'t>>>> {
-    let mut cursor = super::cursor::Cursor::new(text);
+    let mut cursor = Cursor::new(text);
     let mut items = Vec::new();
     let read = cursor.list(|cursor, _| {
         if cursor.peek() != Some(b'{') {

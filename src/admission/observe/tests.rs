@@ -440,12 +440,12 @@ fn a_routes_stale_retry_is_told_from_its_text() {
     let (old, new) = (status("oldObject"), status("object"));
     let (old_members, new_members) = (members(Some(&old)).unwrap(), members(Some(&new)).unwrap());
     let declared: Vec<&FieldPath> = resource.writers.iter().flat_map(|w| &w.fields).collect();
+    let readers = Readers::of(resource, &declared, "parents");
     let told = items_changed_by_text(
         resource,
-        "parents",
+        &readers,
         old_members.get("parents"),
         new_members.get("parents"),
-        &declared,
     )
     .expect("told from the text");
     let told: Vec<String> = told.iter().map(ToString::to_string).collect();
