@@ -136,16 +136,15 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };
     record(&app, endpoint, &answer, elapsed);
-    // While other reviews are in flight, the answer waits for the tasks the
-    // worker has ready now (reviews read and waiting to be decided) to run:
-    // the answers decided in one turn then reach their callers back to back,
-    // and a caller that had gone idle is woken once for them, not once each
+    // The answer waits for the tasks the worker has ready now (other
+    // connections' reviews, read and waiting to be decided) to run: the
+    // answers decided in one turn then reach their callers back to back, and
+    // a caller that had gone idle is woken once for them, not once each
     // (waking another core costs the sender about 5 µs in a VM; with the
     // LIFO slot off, `server::runtime`, this is what batches HTTP/1.1's
-    // answers). A review alone is answered at once.
-    if app.budget.requests_in_flight() > 1 {
-        tokio::task::yield_now().await;
-    }
+    // answers). Only ready work comes first: a review alone waits for one
+    // look at the sockets (a poll that does not block).
+    tokio::task::yield_now().await;
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
 }
