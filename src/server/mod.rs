@@ -5,8 +5,9 @@
 //! the request path; [`Server::run`] starts them and serves until the stop
 //! signal ([`shutdown`]). The parts: [`config`] (what to serve), [`state`]
 //! (what the handlers share), [`http`] (the two ports), [`limits`] (what a
-//! caller may make the server hold), [`runtime`] (the scheduler it runs on), and `crate::cluster` (what it keeps in
-//! step with the cluster). The decision itself is [`crate::admission::answer::answer`].
+//! caller may make the server hold), [`runtime`] (the scheduler it runs
+//! on), and `crate::cluster` (what it keeps in step with the cluster). The
+//! decision itself is [`crate::admission::answer::answer`].
 
 pub mod config;
 pub mod http;

@@ -9,9 +9,11 @@
 //! idle caller per answer. Without the slot, ready tasks run in the order
 //! they were woken: the connection writes after the streams it had ready
 //! were decided, the answers go out back to back, and the caller is woken
-//! once for them. Measured with the issue-12 fixture's denial over HTTP/2
-//! (4 connections x 8 streams, BENCHMARKS.md), the server's CPU per review
-//! fell from 58.8 to 49.7 µs, its p99 latency did not grow.
+//! once for them. Measured side by side with the issue-12 fixture's denial
+//! over HTTP/2 (4 connections x 8 streams; BENCHMARKS.md, "answers written
+//! together"), the server's CPU per review fell from 55.5–57.8 to
+//! 48.2–48.9 µs and its p99 latency from 2.6–2.7 to 2.0 ms. (Over HTTP/1.1,
+//! a task per connection, the answer's yield in `http::admission` does it.)
 //!
 //! `disable_lifo_slot` is one of tokio's unstable options: the build passes
 //! `--cfg tokio_unstable` (`.cargo/config.toml`, `Dockerfile`,
