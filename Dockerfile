@@ -8,7 +8,7 @@ FROM rust:1.95 AS build
 WORKDIR /src
 COPY . .
 RUN target="$(uname -m)-unknown-linux-gnu" \
- && RUSTFLAGS="-C target-feature=+crt-static --cfg tokio_unstable" cargo build --release --locked \
+ && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
       --target "$target" --bin statusguard \
  && install -D -m 0755 "target/$target/release/statusguard" /out/statusguard
 

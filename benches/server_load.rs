@@ -67,8 +67,7 @@ fn idle_policy() -> String {
 
 /// The null webhook, when this executable is run as the server.
 fn serve_null(port: u16, cert: &Path, key: &Path) -> Result<(), Error> {
-    // statusguard's own runtime: the same scheduler as the stack it serves on.
-    let runtime = statusguard::server::runtime::build()?;
+    let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let files = statusguard::cluster::certs::files::CertFiles {
             cert: cert.to_owned(),
@@ -460,14 +459,6 @@ fn main() -> Result<(), Error> {
     let stale = bench.file("stale.json", &common::review(true))?;
     println!("review: {} bytes", std::fs::metadata(&stale)?.len());
     println!("idle cores: {}", idle_policy());
-    println!(
-        "runtime (both servers): tokio's LIFO slot {}",
-        if statusguard::server::runtime::LIFO_SLOT_OFF {
-            "off"
-        } else {
-            "on (built without --cfg tokio_unstable)"
-        }
-    );
     let h1 = Load::Http1 { connections: 8 };
     let h2 = Load::Http2 {
         connections: 4,

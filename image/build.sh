@@ -64,8 +64,7 @@ say "building the static binary (release, $target)"
 # (cargo's home, this checkout) so that the binary names none of them and
 # is the same wherever it is built from.
 cargo fetch --locked --quiet # the crates' sources unpacked, so that their folders are known
-# --cfg tokio_unstable: as .cargo/config.toml, which these flags replace.
-rustflags=(-C target-feature=+crt-static --cfg tokio_unstable "--remap-path-prefix=$PWD=/statusguard")
+rustflags=(-C target-feature=+crt-static "--remap-path-prefix=$PWD=/statusguard")
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 for sources in "$cargo_home"/registry/src/* "$cargo_home/git/checkouts"; do
   if [[ -d "$sources" ]]; then rustflags+=("--remap-path-prefix=$sources=/cargo"); fi

@@ -13,18 +13,12 @@ use statusguard::cli::{Cli, init_logging, run};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log_level);
-    let runtime = match statusguard::server::runtime::build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("statusguard: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     // A second SIGTERM or SIGINT while `serve` drains: stop at once.
-    match runtime.block_on(run(cli, || std::process::exit(130))) {
+    match run(cli, || std::process::exit(130)).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("statusguard: {e:#}");

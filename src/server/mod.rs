@@ -5,14 +5,12 @@
 //! the request path; [`Server::run`] starts them and serves until the stop
 //! signal ([`shutdown`]). The parts: [`config`] (what to serve), [`state`]
 //! (what the handlers share), [`http`] (the two ports), [`limits`] (what a
-//! caller may make the server hold), [`runtime`] (the scheduler it runs
-//! on), and `crate::cluster` (what it keeps in step with the cluster). The
-//! decision itself is [`crate::admission::answer::answer`].
+//! caller may make the server hold), and `crate::cluster` (what it keeps in
+//! step with the cluster). The decision itself is [`crate::admission::answer::answer`].
 
 pub mod config;
 pub mod http;
 pub mod limits;
-pub mod runtime;
 pub mod shutdown;
 pub mod state;
 
@@ -150,8 +148,7 @@ impl Server {
             None => "unauthenticated: no client certificate asked for (--client-ca-file)".to_owned(),
         };
         tracing::info!(tls = %self.tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            admin = %self.admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), %callers,
-            lifo_slot_off = runtime::LIFO_SLOT_OFF, "statusguard serving");
+            admin = %self.admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), %callers, "statusguard serving");
 
         let mut tasks = tokio::task::JoinSet::new();
         for task in self.background {

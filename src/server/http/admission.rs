@@ -132,19 +132,24 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
+    let decided_here = body.len() <= INLINE_DECISION_BYTES;
     let Some((answer, elapsed)) = answer_off_the_workers_if_large(&app, body, endpoint).await else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };
     record(&app, endpoint, &answer, elapsed);
-    // The answer waits for the tasks the worker has ready now (other
-    // connections' reviews, read and waiting to be decided) to run: the
-    // answers decided in one turn then reach their callers back to back, and
-    // a caller that had gone idle is woken once for them, not once each
-    // (waking another core costs the sender about 5 µs in a VM; with the
-    // LIFO slot off, `server::runtime`, this is what batches HTTP/1.1's
-    // answers). Only ready work comes first: a review alone waits for one
-    // look at the sockets (a poll that does not block).
-    tokio::task::yield_now().await;
+    // An answer decided on this worker waits until the worker has run its
+    // other ready tasks and looked at its sockets (a poll that does not
+    // block; under load at the latest after 61 tasks, tokio's event
+    // interval): the reviews that arrived on other connections are decided
+    // first, their answers reach their callers back to back, and a caller
+    // that had gone idle is woken once for them, not once each (waking
+    // another core costs the sender about 5 µs in a VM; BENCHMARKS.md,
+    // "answers written together"). A lone review pays one more turn of the
+    // worker. A review decided on a thread of its own comes back alone, and
+    // is answered at once.
+    if decided_here {
+        tokio::task::yield_now().await;
+    }
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
 }
