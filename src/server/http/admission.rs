@@ -132,8 +132,20 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
+    // A small review is decided on this async worker, a large one on a
+    // blocking thread, at most
+    // [`Limits::decision_threads`](crate::server::limits::Limits) at a time,
+    // so that no review holds up the async workers (and with them `/healthz`
+    // and every other review). `None` only if the blocking thread panicked (a
+    // bug; the request gets 503 and the server goes on).
     let decided_here = body.len() <= INLINE_DECISION_BYTES;
-    let Some((answer, elapsed)) = answer_off_the_workers_if_large(&app, body, endpoint).await else {
+    let decided = if decided_here {
+        Some(answer_and_offer(&app, &body, endpoint))
+    } else {
+        let shared = app.clone();
+        on_a_decision_thread(&app, move || answer_and_offer(&shared, &body, endpoint)).await
+    };
+    let Some((answer, elapsed)) = decided else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "the review could not be decided");
     };
     record(&app, endpoint, &answer, elapsed);
@@ -152,24 +164,6 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     }
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, answer.content_type)], answer.body).into_response()
-}
-
-/// Answers the body and offers it to the observer: a small review on this
-/// async worker, a large one on a blocking thread, at most
-/// [`Limits::decision_threads`](crate::server::limits::Limits) at a time, so
-/// that no review holds up the async workers (and with them `/healthz` and
-/// every other review). `None` only if the blocking thread panicked (a bug;
-/// the request gets 503 and the server goes on).
-async fn answer_off_the_workers_if_large(
-    app: &Arc<App>,
-    body: Bytes,
-    endpoint: Endpoint,
-) -> Option<(Answer, Duration)> {
-    if body.len() <= INLINE_DECISION_BYTES {
-        return Some(answer_and_offer(app, &body, endpoint));
-    }
-    let shared = app.clone();
-    on_a_decision_thread(app, move || answer_and_offer(&shared, &body, endpoint)).await
 }
 
 /// Runs `work` on a blocking thread, at most
