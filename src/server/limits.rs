@@ -14,6 +14,10 @@
 //!   [`H1_MAX_BUF`] ahead of the handler; HTTP/2's flow-control windows
 //!   ([`H2_CONNECTION_WINDOW`], [`H2_STREAM_WINDOW`]) bound what a peer may
 //!   send before the handler reads it, and [`H2_MAX_STREAMS`] the streams.
+//!   Across connections nothing bounds them yet: HTTP/2 peers can make the
+//!   server hold [`Limits::max_connections`] × [`H2_CONNECTION_WINDOW`],
+//!   outside the body budget, since a stream waiting for room in that
+//!   budget does not read (RELIABILITY.md, "Hostile callers").
 //! - **Request bodies**: each at most [`Limits::max_body_bytes`]; all of them
 //!   together at most [`Limits::max_inflight_bytes`], reserved before a body
 //!   is read (from its `Content-Length`, or the body limit without one) and
