@@ -7,10 +7,9 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use statusguard::cli::{Cli, init_logging, run};
 
-/// jemalloc, configured in .cargo/config.toml to give freed memory back to
-/// the system within a fifth of a second, from one arena for all threads:
-/// glibc's malloc keeps what a burst of large reviews took, in one arena per
-/// thread.
+/// jemalloc, configured in .cargo/config.toml (one arena, freed pages
+/// purged from a background thread): glibc's malloc keeps what a burst of
+/// large reviews took, in one arena per thread.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
