@@ -284,3 +284,208 @@ async fn idle_tls_connections_are_closed_within_the_header_timeout() {
     let (status, _) = server.get_admin("/healthz").await.unwrap();
     assert_eq!(status, 200);
 }
+
+/// HTTP/2 connections of the attack below, and the streams on each: as
+/// many as the server allows (`H2_MAX_STREAMS`).
+const H2_CONNECTIONS: usize = 200;
+const H2_STREAMS: usize = 64;
+/// Spaces, sent as body bytes from one static buffer.
+static SPACES: [u8; 64 * 1024] = [b' '; 64 * 1024];
+
+/// What the attacking connections saw, together.
+#[derive(Default)]
+struct Attack {
+    /// Body bytes sent.
+    sent: AtomicUsize,
+    /// Streams answered 429.
+    refused: AtomicUsize,
+}
+
+/// One attacking HTTP/2 connection: opens `H2_STREAMS` reviews, each
+/// declaring a body of 8,000,000 bytes and headers padded to 12 KiB decoded
+/// (from a few wire bytes once HPACK's table holds the padding), sends body
+/// bytes as far as the windows let it and never finishes, until `release`
+/// says true.
+async fn hold_http2_streams(
+    connector: tokio_rustls::TlsConnector,
+    addr: std::net::SocketAddr,
+    attack: Arc<Attack>,
+    release: tokio::sync::watch::Receiver<bool>,
+) {
+    const DECLARED: usize = 8_000_000;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let padding = "p".repeat(4000);
+    let mut streams = tokio::task::JoinSet::new();
+    for _ in 0..H2_STREAMS {
+        let Ok(mut client) = client.clone().ready().await else {
+            break;
+        };
+        let mut request = http::Request::post("https://localhost/validate")
+            .header("content-type", "application/json")
+            .header("content-length", DECLARED);
+        for _ in 0..3 {
+            request = request.header("x-padding", padding.as_str());
+        }
+        let Ok((response, mut body)) = client.send_request(request.body(()).unwrap(), false) else {
+            break;
+        };
+        let (attack, mut release) = (attack.clone(), release.clone());
+        streams.spawn(async move {
+            let answered = async {
+                if let Ok(response) = response.await
+                    && response.status() == 429
+                {
+                    attack.refused.fetch_add(1, Ordering::SeqCst);
+                }
+            };
+            let send = async {
+                let mut left = DECLARED - 1;
+                while left > 0 {
+                    body.reserve_capacity(left.min(SPACES.len()));
+                    match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+                        Some(Ok(n)) if n > 0 => {
+                            let n = n.min(left);
+                            if body.send_data(bytes::Bytes::from_static(&SPACES[..n]), false).is_err() {
+                                break;
+                            }
+                            attack.sent.fetch_add(n, Ordering::SeqCst);
+                            left -= n;
+                        }
+                        Some(Ok(_)) => {}
+                        _ => break,
+                    }
+                }
+                std::future::pending::<()>().await;
+            };
+            // The stream is held, its body never finished, until released.
+            tokio::select! {
+                _ = release.wait_for(|released| *released) => {}
+                _ = async { tokio::join!(answered, send) } => {}
+            }
+        });
+    }
+    while streams.join_next().await.is_some() {}
+    driver.abort();
+}
+
+/// What an HTTP/2 peer may send before the server reads is bounded across
+/// connections, and so are the requests that wait with their headers: 200
+/// HTTP/2 connections, each holding 64 streams that declare 8 MB bodies,
+/// send as much as the windows let them and never finish. Without the
+/// bounds each connection's window (1 MiB) and each stream's headers were
+/// held: 600 MiB. With them the server holds the first 16 connections' wide
+/// windows, 64 KiB for each other one, 256 waiting requests and the body
+/// budget (32 MiB), refuses every other request at once, and answers
+/// `/healthz` (on a runtime of its own) throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_callers_holding_streams_open_stay_within_the_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    // Longer than the attack is held: a request refused meanwhile was refused
+    // for want of a place to wait, not after waiting out its time.
+    let server = BinaryServer::start(dir.path(), &["--request-timeout", "120s"], &[]).await;
+    server.wait_ready().await;
+    let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
+    let pid = server.process.0.id();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.tls));
+    let connector = h2_tls_connector(&ca_pem);
+
+    let attack = Arc::new(Attack::default());
+    let (release, released) = tokio::sync::watch::channel(false);
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..H2_CONNECTIONS {
+        attackers.spawn(hold_http2_streams(
+            connector.clone(),
+            addr,
+            attack.clone(),
+            released.clone(),
+        ));
+    }
+    // Probed from a thread and runtime of its own, so that what is measured
+    // is the server, not this process's attackers.
+    let probing = Arc::new(AtomicBool::new(true));
+    let probe = {
+        let (healthz, probing) = (server.admin_url("/healthz"), probing.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let admin = plain_client();
+                let mut slowest = Duration::ZERO;
+                while probing.load(Ordering::SeqCst) {
+                    let started = Instant::now();
+                    let probe = tokio::time::timeout(Duration::from_secs(5), admin.get(&healthz).send()).await;
+                    assert!(
+                        matches!(&probe, Ok(Ok(r)) if r.status() == 200),
+                        "/healthz did not answer: {probe:?}"
+                    );
+                    slowest = slowest.max(started.elapsed());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                slowest
+            })
+        })
+    };
+
+    // Past the 256 that may be read or decided and the 256 that may wait,
+    // every stream is refused as the server takes it in, without waiting
+    // (about 10 s for the debug binary here). Then the attack is held a
+    // little longer, at its steady state.
+    let streams = H2_CONNECTIONS * H2_STREAMS;
+    let started = Instant::now();
+    while attack.refused.load(Ordering::SeqCst) < streams - 600 {
+        let refused = attack.refused.load(Ordering::SeqCst);
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "only {refused} of {streams} streams were refused after 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all_refused_in = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (peak, held) = memory(pid);
+    release.send(true).unwrap();
+    while let Some(result) = attackers.join_next().await {
+        result.unwrap();
+    }
+    probing.store(false, Ordering::SeqCst);
+    let slowest_probe = tokio::task::spawn_blocking(move || probe.join().unwrap())
+        .await
+        .unwrap();
+
+    eprintln!(
+        "{streams} streams sent {:.1} MiB of bodies, {} refused at once (all but 600 within {all_refused_in:?}); peak RSS {:.1} MiB, {:.1} MiB while held; slowest /healthz {slowest_probe:?}",
+        attack.sent.load(Ordering::SeqCst) as f64 / MIB as f64,
+        attack.refused.load(Ordering::SeqCst),
+        peak as f64 / MIB as f64,
+        held as f64 / MIB as f64
+    );
+    // The wide windows (16 MiB), 184 narrow ones (11.5 MiB), the body budget
+    // (32 MiB) read into the admitted requests, 512 requests' headers (6 MiB),
+    // and the debug binary's own.
+    assert!(peak <= 160 * MIB, "peak RSS {} MiB", peak / MIB);
+    assert!(
+        slowest_probe < Duration::from_secs(1),
+        "/healthz took {slowest_probe:?}"
+    );
+
+    // Still serving.
+    let review: Value = https_client(&ca_pem)
+        .post(format!("https://localhost:{}/validate", server.tls))
+        .body(real_review())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(review["response"]["allowed"], false);
+}

@@ -11,13 +11,22 @@
 //!   more wait in the listen backlog. A connection must finish its TLS
 //!   handshake and send its first byte within [`Limits::header_read_timeout`].
 //! - **Buffered, unread bytes per connection**: HTTP/1.1 reads at most
-//!   [`H1_MAX_BUF`] ahead of the handler; HTTP/2's flow-control windows
-//!   ([`H2_CONNECTION_WINDOW`], [`H2_STREAM_WINDOW`]) bound what a peer may
-//!   send before the handler reads it, and [`H2_MAX_STREAMS`] the streams.
-//!   Across connections nothing bounds them yet: HTTP/2 peers can make the
-//!   server hold [`Limits::max_connections`] × [`H2_CONNECTION_WINDOW`],
-//!   outside the body budget, since a stream waiting for room in that
-//!   budget does not read (RELIABILITY.md, "Hostile callers").
+//!   [`H1_MAX_BUF`] ahead of the handler. HTTP/2's flow-control windows bound
+//!   what a peer may send before the handler reads it: the first
+//!   [`H2_WIDE_CONNECTIONS`] HTTP/2 connections (the API servers', in a
+//!   cluster whose port is locked down) get windows of
+//!   [`H2_CONNECTION_WINDOW`] and [`H2_STREAM_WINDOW`], for throughput;
+//!   every other one gets the protocol's initial window, [`H2_NARROW_WINDOW`],
+//!   no more than an HTTP/1.1 connection reads ahead. A stream waiting for
+//!   room in the body budget does not read, so its connection's window
+//!   fills: across connections, unread bytes are at most
+//!   [`Limits::max_connections`] × 64 KiB + [`H2_WIDE_CONNECTIONS`] × 1 MiB
+//!   (48 MiB by default), whatever the callers send.
+//! - **Requests waiting**: an HTTP/2 connection carries up to
+//!   [`H2_MAX_STREAMS`] requests at once, each holding its headers (at most
+//!   [`MAX_HEADER_BYTES`], decoded) and a task while it waits for the
+//!   budget below. At most [`Limits::max_inflight_requests`] wait at once;
+//!   another gets 429 at once, and its stream's buffered bytes go with it.
 //! - **Request bodies**: each at most [`Limits::max_body_bytes`]; all of them
 //!   together at most [`Limits::max_inflight_bytes`], reserved before a body
 //!   is read (from its `Content-Length`, or the body limit without one) and
@@ -25,11 +34,11 @@
 //!   [`Limits::request_timeout`] gets 429; one whose caller goes away stops
 //!   waiting and costs nothing more.
 //! - **Requests**: at most [`Limits::max_inflight_requests`] read or decided
-//!   at once; the rest wait, within the same timeout.
+//!   at once; as many more wait (above), within the same timeout.
 //! - **CPU**: a review larger than [`INLINE_DECISION_BYTES`] is decided on a
 //!   blocking thread, at most [`Limits::decision_threads`] at a time, so that
-//!   no review holds up the async workers that serve `/healthz`, the admin
-//!   port and every other review. A decision is linear in the review's size,
+//!   no review holds up the async workers that serve every other review. (The
+//!   admin port, `/healthz` included, has a runtime of its own.) A decision is linear in the review's size,
 //!   so the work left for a request whose caller gave up is bounded by the
 //!   body limit.
 
@@ -40,15 +49,27 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// HTTP/1.1: the most a connection's read buffer holds ahead of the handler.
 pub const H1_MAX_BUF: usize = 64 * 1024;
-/// HTTP/2: what a peer may send on a connection before the handler reads.
+/// HTTP/2: what a peer may send on a wide connection before the handler reads.
 pub const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
-/// HTTP/2: what a peer may send on one stream before the handler reads.
+/// HTTP/2: what a peer may send on one stream of a wide connection before
+/// the handler reads.
 pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2: connections served with the wide windows above at once. A few
+/// API servers open one or two connections each; a connection past these
+/// works as well, with less in flight (one 35 KB review costs about 7 µs
+/// more CPU over narrow windows at saturating load: BENCHMARKS.md).
+pub const H2_WIDE_CONNECTIONS: usize = 16;
+/// HTTP/2: the window of every other connection and its streams, the
+/// protocol's initial one (a connection's window can grow, never shrink
+/// below it).
+pub const H2_NARROW_WINDOW: u32 = 65_535;
 /// HTTP/2: concurrent streams per connection. Go's HTTP/2 client (the API
 /// server's) opens another connection when a connection is full.
 pub const H2_MAX_STREAMS: u32 = 64;
-/// HTTP/2 and HTTP/1.1: the most header bytes a request may carry.
-pub const MAX_HEADER_BYTES: u32 = 64 * 1024;
+/// HTTP/2: the most header bytes a request may carry, decoded (HPACK lets
+/// a few wire bytes name a large header again). The API server sends well
+/// under 2 KiB. (HTTP/1.1's headers are bounded by [`H1_MAX_BUF`].)
+pub const MAX_HEADER_BYTES: u32 = 16 * 1024;
 /// Reviews up to this size are decided on the async worker that read them:
 /// a few hundred microseconds at most, cheaper than a thread hand-off.
 pub const INLINE_DECISION_BYTES: usize = 128 * 1024;
@@ -151,6 +172,9 @@ impl Limits {
 pub struct Budget {
     limits: Limits,
     requests: Arc<Semaphore>,
+    /// Places to wait for `requests` and `bytes`: a request that finds none
+    /// is refused at once rather than held with its headers.
+    waiting: Semaphore,
     bytes: Arc<Semaphore>,
     decisions: Arc<Semaphore>,
 }
@@ -168,6 +192,9 @@ pub enum AdmitError {
     /// The budget had no room within the request timeout.
     #[error("the server holds as many requests as it may; try again")]
     Busy,
+    /// As many requests as may wait for the budget were waiting.
+    #[error("as many requests as may wait are waiting; try again")]
+    TooManyWaiting,
 }
 
 /// What an admitted request holds until its answer is made.
@@ -193,6 +220,7 @@ impl Budget {
     pub fn new(limits: Limits) -> Self {
         Self {
             requests: Arc::new(Semaphore::new(limits.max_inflight_requests)),
+            waiting: Semaphore::new(limits.max_inflight_requests),
             bytes: Arc::new(Semaphore::new(limits.max_inflight_bytes)),
             decisions: Arc::new(Semaphore::new(limits.decision_threads)),
             limits,
@@ -212,7 +240,9 @@ impl Budget {
     /// Admits a request whose body declares `content_length` (or none):
     /// waits for a request slot and for the body's bytes, up to the request
     /// timeout. A body without a declared length reserves the body limit.
-    /// Dropping the returned future (the caller went away) gives up waiting.
+    /// At most `max_inflight_requests` wait at once; one more is refused at
+    /// once. Dropping the returned future (the caller went away) gives up
+    /// waiting.
     pub async fn admit(&self, content_length: Option<u64>) -> Result<Admission, AdmitError> {
         let limit = self.limits.max_body_bytes;
         let reserve = match content_length {
@@ -222,6 +252,9 @@ impl Budget {
         };
         // Checked in Limits::check: the body limit fits in a u32.
         let reserve = u32::try_from(reserve.max(1)).map_err(|_| AdmitError::TooLarge { limit })?;
+        let Ok(_waiting) = self.waiting.try_acquire() else {
+            return Err(AdmitError::TooManyWaiting);
+        };
         let wait = async {
             let request = self.requests.clone().acquire_owned().await;
             let bytes = self.bytes.clone().acquire_many_owned(reserve).await;
@@ -310,6 +343,31 @@ mod tests {
         assert_eq!(budget.admit(Some(1)).await.err(), Some(AdmitError::Busy));
         drop(held);
         assert!(budget.admit(Some(1)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_waiting_places_are_refused_at_once() {
+        let budget = Arc::new(Budget::new(Limits {
+            request_timeout: Duration::from_secs(60),
+            ..limits()
+        }));
+        let held = admit_many(&budget, 3).await;
+        // Three wait (as many as may be in flight), the fourth is refused
+        // without waiting out the timeout.
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..3 {
+            let budget = budget.clone();
+            waiting.spawn(async move { budget.admit(Some(1)).await.map(|_| ()) });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let started = std::time::Instant::now();
+        assert_eq!(budget.admit(Some(1)).await.err(), Some(AdmitError::TooManyWaiting));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // The waiting ones are admitted as room is made.
+        drop(held);
+        while let Some(admitted) = waiting.join_next().await {
+            assert_eq!(admitted.unwrap(), Ok(()));
+        }
     }
 
     async fn admit_many(budget: &Budget, n: usize) -> Vec<Admission> {

@@ -41,7 +41,7 @@ pub struct Server {
     app: Arc<App>,
     config: ServeConfig,
     tls_listener: TcpListener,
-    admin_listener: TcpListener,
+    admin_port: http::admin::AdminPort,
     acceptor: TlsAcceptor,
     /// The loops beside the request path, started by `run`.
     background: Vec<BoxFuture<'static, ()>>,
@@ -112,12 +112,15 @@ impl Server {
 
         let listen = |addr| http::accept::listen(addr).map_err(|source| ServerError::Bind { addr, source });
         let tls_listener = listen(config.listen)?;
-        let admin_listener = listen(config.admin_listen)?;
+        let admin_port = http::admin::AdminPort::bind(config.admin_listen).map_err(|source| ServerError::Bind {
+            addr: config.admin_listen,
+            source,
+        })?;
         Ok(Self {
             app,
             config,
             tls_listener,
-            admin_listener,
+            admin_port,
             acceptor,
             background,
             observer,
@@ -132,7 +135,7 @@ impl Server {
 
     /// The bound admin address.
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_listener.local_addr().unwrap_or(self.config.admin_listen)
+        self.admin_port.local_addr().unwrap_or(self.config.admin_listen)
     }
 
     /// The shared state, for tests and embedding.
@@ -148,19 +151,15 @@ impl Server {
             None => "unauthenticated: no client certificate asked for (--client-ca-file)".to_owned(),
         };
         tracing::info!(tls = %self.tls_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            admin = %self.admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), %callers, "statusguard serving");
+            admin = %self.admin_port.local_addr().map(|a| a.to_string()).unwrap_or_default(), %callers, "statusguard serving");
 
         let mut tasks = tokio::task::JoinSet::new();
         for task in self.background {
             tasks.spawn(task);
         }
         self.observer.spawn(self.app.metrics.clone(), self.events, &mut tasks);
-        let admin = axum::serve(self.admin_listener, http::admin::router(self.app.clone()));
-        tasks.spawn(async move {
-            if let Err(e) = admin.await {
-                tracing::error!(error = %e, "the admin server stopped");
-            }
-        });
+        // Held until the server has drained: dropping it stops the admin port.
+        let _admin = self.admin_port.serve(self.app.clone());
 
         let stop_accepting = shutdown::stop_accepting(self.app.clone(), shutdown, config.shutdown_delay);
         let limits = http::accept::AcceptLimits::of(&config.limits);

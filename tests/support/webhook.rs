@@ -153,16 +153,27 @@ pub fn plain_client() -> reqwest::Client {
 }
 
 pub fn tls_connector(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
+    TlsConnector::from(Arc::new(client_config(ca_pem, versions)))
+}
+
+/// A TLS connector that offers HTTP/2 alone in its handshake (ALPN `h2`), as
+/// the API server's client does.
+pub fn h2_tls_connector(ca_pem: &str) -> TlsConnector {
+    let mut config = client_config(ca_pem, rustls::DEFAULT_VERSIONS);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    TlsConnector::from(Arc::new(config))
+}
+
+fn client_config(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+    rustls::ClientConfig::builder_with_provider(crypto_provider())
         .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    TlsConnector::from(Arc::new(config))
+        .with_no_client_auth()
 }
 
 /// A raw HTTP/1.1 request over TLS whose body is sent in two parts, with

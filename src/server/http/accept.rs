@@ -20,7 +20,8 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::server::limits::{
-    H1_MAX_BUF, H2_CONNECTION_WINDOW, H2_MAX_STREAMS, H2_STREAM_WINDOW, Limits, MAX_HEADER_BYTES,
+    H1_MAX_BUF, H2_CONNECTION_WINDOW, H2_MAX_STREAMS, H2_NARROW_WINDOW, H2_STREAM_WINDOW, H2_WIDE_CONNECTIONS, Limits,
+    MAX_HEADER_BYTES,
 };
 
 /// Binds `addr` for the accept loop. The IPv6 wildcard `[::]` is bound dual
@@ -78,9 +79,30 @@ impl AcceptLimits {
     }
 }
 
+/// HTTP/2's flow-control windows of a connection: what its peer may send
+/// before the handlers read.
+#[derive(Debug, Clone, Copy)]
+struct Windows {
+    connection: u32,
+    stream: u32,
+}
+
+/// For the first [`H2_WIDE_CONNECTIONS`] HTTP/2 connections at once.
+const WIDE: Windows = Windows {
+    connection: H2_CONNECTION_WINDOW,
+    stream: H2_STREAM_WINDOW,
+};
+/// For every other connection: the protocol's initial windows, no more than
+/// HTTP/1.1 reads ahead, so that unread bytes stay bounded across
+/// connections (see [`crate::server::limits`]).
+const NARROW: Windows = Windows {
+    connection: H2_NARROW_WINDOW,
+    stream: H2_NARROW_WINDOW,
+};
+
 /// The HTTP/1.1 and HTTP/2 connection builder, with every buffer bounded
 /// (see [`crate::server::limits`]).
-fn connection_builder(limits: AcceptLimits) -> auto::Builder<TokioExecutor> {
+fn connection_builder(limits: AcceptLimits, windows: Windows) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -92,8 +114,8 @@ fn connection_builder(limits: AcceptLimits) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_STREAMS)
-        .initial_connection_window_size(H2_CONNECTION_WINDOW)
-        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(windows.connection)
+        .initial_stream_window_size(windows.stream)
         .max_header_list_size(MAX_HEADER_BYTES)
         // A peer that stops answering pings is gone: its connection goes too.
         .keep_alive_interval(Some(Duration::from_secs(30)))
@@ -111,9 +133,11 @@ pub async fn serve_tls(
     stop: impl Future<Output = ()>,
 ) -> GracefulShutdown {
     let service = TowerToHyperService::new(router);
-    let builder = Arc::new(connection_builder(limits));
+    let wide_builder = Arc::new(connection_builder(limits, WIDE));
+    let narrow_builder = Arc::new(connection_builder(limits, NARROW));
     let graceful = GracefulShutdown::new();
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let wide_windows = Arc::new(Semaphore::new(H2_WIDE_CONNECTIONS));
 
     tokio::pin!(stop);
     loop {
@@ -144,7 +168,8 @@ pub async fn serve_tls(
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
         let acceptor = acceptor.clone();
-        let builder = builder.clone();
+        let (wide_builder, narrow_builder) = (wide_builder.clone(), narrow_builder.clone());
+        let wide_windows = wide_windows.clone();
         let service = service.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
@@ -171,10 +196,18 @@ pub async fn serve_tls(
                     return;
                 }
             };
+            // A connection that chose HTTP/2 in its handshake gets wide
+            // windows while there are some left, held until it ends. HTTP/1.1
+            // needs none, and HTTP/2 without ALPN (prior knowledge) gets
+            // narrow ones, as any connection past the wide ones.
+            let http2 = tls.get_ref().get_ref().1.alpn_protocol() == Some(b"h2");
+            let wide = http2.then(|| wide_windows.try_acquire_owned().ok()).flatten();
+            let builder = if wide.is_some() { wide_builder } else { narrow_builder };
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
+            drop(wide);
         });
     }
     graceful
