@@ -10,7 +10,8 @@
 set -euo pipefail
 bin=${1:-target/release/statusguard}
 work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+pid=
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 head -c $((8 * 1024 * 1024 - 100)) /dev/zero | tr '\0' ' ' > "$work/big.json"
 
 taskset -c 0 "$bin" serve --write-ca "$work/ca.pem" --listen 127.0.0.1:18443 \

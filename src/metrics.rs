@@ -160,7 +160,7 @@ impl Default for Metrics {
         let refused_unread = Family::<ResultLabels, Counter>::default();
         registry.register(
             "requests_refused_unread",
-            "Requests refused before their body was read, by result (too_large: over --max-body-bytes; busy: no room under --max-inflight-bytes or --max-inflight-requests in time)",
+            "Requests refused before their body was read, by result (too_large: over --max-body-bytes; busy: no room under --max-inflight-bytes or --max-inflight-requests in time; too_many_waiting: as many requests as --max-inflight-requests were already waiting for room)",
             refused_unread.clone(),
         );
         // 50 µs to ~0.8 s: the decision is microseconds, a large object's
@@ -296,6 +296,17 @@ impl Default for Metrics {
     }
 }
 
+/// Why a request was refused before its body was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedUnread {
+    /// Its declared length is over the body limit (413).
+    TooLarge,
+    /// No room under the in-flight limits within the request timeout (429).
+    Busy,
+    /// As many requests as may wait were waiting (429, at once).
+    TooManyWaiting,
+}
+
 impl Metrics {
     /// Records one answered review.
     pub(crate) fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
@@ -354,9 +365,13 @@ impl Metrics {
         counter
     }
 
-    /// A request refused before its body was read: 413 (`too_large`) or 429 (`busy`).
-    pub fn refused_before_reading(&self, status: u16) {
-        let result = if status == 413 { "too_large" } else { "busy" };
+    /// A request refused before its body was read.
+    pub fn refused_before_reading(&self, why: RefusedUnread) {
+        let result = match why {
+            RefusedUnread::TooLarge => "too_large",
+            RefusedUnread::Busy => "busy",
+            RefusedUnread::TooManyWaiting => "too_many_waiting",
+        };
         self.refused_unread.get_or_create(&ResultLabels { result }).inc();
     }
 

@@ -162,7 +162,8 @@ pub struct LimitArgs {
     /// within --request-timeout gets 429. At least --max-body-bytes.
     #[arg(long, default_value_t = 4 * limits::DEFAULT_MAX_BODY_BYTES, env = "STATUSGUARD_MAX_INFLIGHT_BYTES")]
     pub max_inflight_bytes: usize,
-    /// Requests read or decided at once; more wait, then get 429.
+    /// Requests read or decided at once; as many more may wait for room
+    /// (then get 429 after --request-timeout), and one past those gets 429 at once.
     #[arg(long, default_value_t = 256, env = "STATUSGUARD_MAX_INFLIGHT_REQUESTS")]
     pub max_inflight_requests: usize,
     /// TLS connections served at once; more wait in the listen backlog.

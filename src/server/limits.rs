@@ -21,7 +21,11 @@
 //!   room in the body budget does not read, so its connection's window
 //!   fills: across connections, unread bytes are at most
 //!   [`Limits::max_connections`] × 64 KiB + [`H2_WIDE_CONNECTIONS`] × 1 MiB
-//!   (48 MiB by default), whatever the callers send.
+//!   (48 MiB by default). Not bounded yet: the memory those bytes keep. h2
+//!   keeps each DATA frame's bytes as a slice of the read buffer it arrived
+//!   in, so a peer that sends small DATA frames between large frames the
+//!   server throws away can make each kept frame hold its whole buffer
+//!   (read from the h2 and bytes sources; not measured).
 //! - **Requests waiting**: an HTTP/2 connection carries up to
 //!   [`H2_MAX_STREAMS`] requests at once, each holding its headers (at most
 //!   [`MAX_HEADER_BYTES`], decoded) and a task while it waits for the
