@@ -90,6 +90,29 @@ fn memory(pid: u32) -> (usize, usize) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// The binary with `args`, ready; its CA and pid.
+async fn started(dir: &std::path::Path, args: &[&str]) -> (BinaryServer, String, u32) {
+    let server = BinaryServer::start(dir, args, &[]).await;
+    server.wait_ready().await;
+    let ca_pem = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
+    let pid = server.process.0.id();
+    (server, ca_pem, pid)
+}
+
+/// The server still serves: the real review gets its denial.
+async fn still_denies_the_real_review(server: &BinaryServer, ca_pem: &str) {
+    let review: Value = https_client(ca_pem)
+        .post(format!("https://localhost:{}/validate", server.tls))
+        .body(real_review())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(review["response"]["allowed"], false);
+}
+
 /// Sends `body` over a fresh TLS connection as HTTP/1.1, with its length
 /// declared or chunked; the HTTP status, or 0 when the connection was cut.
 async fn send_raw(port: u16, ca_pem: &str, body: Arc<Vec<u8>>, chunked: bool) -> u16 {
@@ -144,10 +167,7 @@ async fn send_raw(port: u16, ca_pem: &str, body: Arc<Vec<u8>>, chunked: bool) ->
 async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real_reviews_are_answered() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let server = BinaryServer::start(dir.path(), &["--request-timeout", "10s"], &[]).await;
-    server.wait_ready().await;
-    let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
-    let pid = server.process.0.id();
+    let (server, ca_pem, pid) = started(dir.path(), &["--request-timeout", "10s"]).await;
 
     let huge = Arc::new(vec![b' '; 15 * MIB]);
     // Just under the default body limit (8 MiB): read whole, its owned values
@@ -237,17 +257,7 @@ async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real
     let (_, after) = memory(pid);
     eprintln!("RSS 10 s later {:.1} MiB", after as f64 / MIB as f64);
     assert!(after <= 64 * MIB, "RSS 10 s later {} MiB", after / MIB);
-    // Still serving.
-    let review: Value = https_client(&ca_pem)
-        .post(format!("https://localhost:{}/validate", server.tls))
-        .body(real_review())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(review["response"]["allowed"], false);
+    still_denies_the_real_review(&server, &ca_pem).await;
 }
 
 /// 500 TLS connections that finish the handshake and then say nothing are
@@ -257,9 +267,7 @@ async fn forged_huge_reviews_stay_within_the_memory_budget_while_probes_and_real
 async fn idle_tls_connections_are_closed_within_the_header_timeout() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let server = BinaryServer::start(dir.path(), &["--header-read-timeout", "3s"], &[]).await;
-    server.wait_ready().await;
-    let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
+    let (server, ca_pem, _) = started(dir.path(), &["--header-read-timeout", "3s"]).await;
     let connector = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.tls));
 
@@ -307,6 +315,22 @@ struct Attack {
     refused: AtomicUsize,
 }
 
+/// An HTTP/2 connection (ALPN `h2`) and the task that drives it.
+async fn http2_connection(
+    connector: &tokio_rustls::TlsConnector,
+    addr: std::net::SocketAddr,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client, driver)
+}
+
 /// One attacking HTTP/2 connection: opens `H2_STREAMS` reviews, each
 /// declaring a body of 8,000,000 bytes with 12 KiB of headers (sent as
 /// never-indexed literals, so that each request's are its own on the
@@ -319,14 +343,7 @@ async fn hold_http2_streams(
     release: tokio::sync::watch::Receiver<bool>,
 ) {
     const DECLARED: usize = 8_000_000;
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = connector.connect(name, tcp).await.unwrap();
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (client, connection) = h2::client::handshake(tls).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let (client, driver) = http2_connection(&connector, addr).await;
     let mut padding = http::HeaderValue::from_str(&"p".repeat(4000)).unwrap();
     padding.set_sensitive(true);
     let mut streams = tokio::task::JoinSet::new();
@@ -397,10 +414,7 @@ async fn http2_callers_holding_streams_open_stay_within_the_memory_bound() {
     let dir = tempfile::tempdir().unwrap();
     // Longer than the attack is held: a request refused meanwhile was refused
     // for want of a place to wait, not after waiting out its time.
-    let server = BinaryServer::start(dir.path(), &["--request-timeout", "120s"], &[]).await;
-    server.wait_ready().await;
-    let ca_pem = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
-    let pid = server.process.0.id();
+    let (server, ca_pem, pid) = started(dir.path(), &["--request-timeout", "120s"]).await;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.tls));
     let connector = h2_tls_connector(&ca_pem);
 
@@ -486,27 +500,10 @@ async fn http2_callers_holding_streams_open_stay_within_the_memory_bound() {
         "/healthz took {slowest_probe:?}"
     );
 
-    // Still serving.
-    let review: Value = https_client(&ca_pem)
-        .post(format!("https://localhost:{}/validate", server.tls))
-        .body(real_review())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(review["response"]["allowed"], false);
+    still_denies_the_real_review(&server, &ca_pem).await;
 
     // Headers past 16 KiB, decoded, are refused before any handler runs.
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let (mut client, connection) = h2::client::handshake(connector.connect(name, tcp).await.unwrap())
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let (mut client, _driver) = http2_connection(&connector, addr).await;
     let mut padding = http::HeaderValue::from_str(&"p".repeat(4000)).unwrap();
     padding.set_sensitive(true);
     let mut request = http::Request::post("https://localhost/validate");
