@@ -11,6 +11,7 @@ use axum::http::{HeaderValue, StatusCode, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::BodyExt as _;
 use tracing::field::Empty;
 
 use crate::admission::answer::{Answer, RequestFacts, Verdict, answer_observing};
@@ -84,7 +85,8 @@ async fn admitted_body(app: &App, request: Request) -> Result<(Bytes, crate::ser
             return Err(plain(status, e));
         }
     };
-    let body = match read_body(app, request.into_body()).await {
+    let declared = content_length.and_then(|n| usize::try_from(n).ok());
+    let body = match read_body(app, request.into_body(), declared).await {
         Ok(body) => body,
         Err((status, reason)) => {
             // A client that went away mid-body hears nothing: not worth a warning.
@@ -279,17 +281,17 @@ fn log_decision(endpoint: Endpoint, request: Option<&RequestFacts>, decision: &D
 }
 
 /// Reads the whole body within the size limit and the request timeout.
-async fn read_body(app: &App, body: Body) -> Result<Bytes, (StatusCode, String)> {
+async fn read_body(app: &App, body: Body, declared: Option<usize>) -> Result<Bytes, (StatusCode, String)> {
     let limits = app.budget.limits();
     let limit = limits.max_body_bytes;
-    let read = tokio::time::timeout(limits.request_timeout, axum::body::to_bytes(body, limit)).await;
+    let read = tokio::time::timeout(limits.request_timeout, collect_compact(body, limit, declared)).await;
     match read {
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
             "the request body did not arrive in time".to_owned(),
         )),
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_length_limit(&e) => Err((
+        Ok(Err(e)) if is_length_limit(&*e) => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is over {limit} bytes"),
         )),
@@ -297,7 +299,38 @@ async fn read_body(app: &App, body: Body) -> Result<Bytes, (StatusCode, String)>
     }
 }
 
-fn is_length_limit(error: &axum::Error) -> bool {
+/// Reads a body of at most `limit` bytes into one buffer, copying each
+/// frame out as it arrives, `declared` bytes reserved at the second frame.
+///
+/// Not `to_bytes`, which holds every frame until the end: an HTTP/2 frame
+/// is a slice of the connection's read buffer and keeps all of it alive, so
+/// a peer that sent 257-byte DATA frames between 16 KB frames the server
+/// throws away made a body of 2 MB hold 55 MiB (RELIABILITY.md, "Hostile
+/// callers"). A body of one frame is kept as it came, without a copy.
+async fn collect_compact(body: Body, limit: usize, declared: Option<usize>) -> Result<Bytes, axum::BoxError> {
+    let mut body = http_body_util::Limited::new(body, limit);
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        // Trailers carry nothing a review needs.
+        let Ok(data) = frame?.into_data() else { continue };
+        if data.is_empty() {
+            continue;
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            Some(earlier) => {
+                joined.reserve(declared.unwrap_or(0).max(earlier.len() + data.len()));
+                joined.extend_from_slice(&earlier);
+                joined.extend_from_slice(&data);
+            }
+            None => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
+}
+
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<http_body_util::LengthLimitError>() {
@@ -306,4 +339,67 @@ fn is_length_limit(error: &axum::Error) -> bool {
         source = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body_of(frames: Vec<Bytes>) -> Body {
+        Body::from_stream(futures::stream::iter(frames.into_iter().map(Ok::<_, std::io::Error>)))
+    }
+
+    #[tokio::test]
+    async fn frames_are_joined_in_order() {
+        let frames: Vec<Bytes> = [&b"{\"a\":"[..], b"[1,2", b"]}"]
+            .into_iter()
+            .map(Bytes::from_static)
+            .collect();
+        let joined = collect_compact(body_of(frames), 100, Some(11)).await.unwrap();
+        assert_eq!(&joined[..], b"{\"a\":[1,2]}");
+    }
+
+    #[tokio::test]
+    async fn a_body_of_one_frame_is_kept_as_it_came() {
+        let frame = Bytes::from(vec![b' '; 4096]);
+        let kept = collect_compact(body_of(vec![frame.clone()]), 8192, None).await.unwrap();
+        assert_eq!(kept.as_ptr(), frame.as_ptr());
+    }
+
+    /// The frames of a body are slices of one large buffer, as an HTTP/2
+    /// connection's are: once a frame is read, nothing holds it, so small
+    /// frames do not keep their buffers alive while the rest arrives.
+    #[tokio::test]
+    async fn no_frame_is_held_while_the_rest_arrives() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let held = Arc::new(AtomicBool::new(false));
+        let buffer = Bytes::from(vec![b'x'; 1 << 20]);
+        // Frame i is cut from the buffer as it is sent; from the third on,
+        // no earlier one may still be alive (the first two are joined when
+        // the second arrives).
+        let frames = futures::stream::unfold((buffer.clone(), 0usize, held.clone()), |(buffer, i, held)| async move {
+            if i == 100 {
+                return None;
+            }
+            if i >= 2 && !buffer.is_unique() {
+                held.store(true, Ordering::SeqCst);
+            }
+            let frame = buffer.slice(i * 257..(i + 1) * 257);
+            Some((Ok::<_, std::io::Error>(frame), (buffer, i + 1, held)))
+        });
+        drop(buffer);
+        let joined = collect_compact(Body::from_stream(frames), 1 << 20, None).await.unwrap();
+        assert_eq!(joined.len(), 25_700);
+        assert!(
+            !held.load(Ordering::SeqCst),
+            "an earlier frame was held while the body arrived"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_as_such() {
+        let frames = vec![Bytes::from(vec![b' '; 60]), Bytes::from(vec![b' '; 60])];
+        let refused = collect_compact(body_of(frames), 100, None).await.unwrap_err();
+        assert!(is_length_limit(&*refused), "{refused}");
+    }
 }
