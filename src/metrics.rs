@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admission::decide::{Decision, Endpoint, ResourceLabels, UNCONFIGURED};
 use crate::ownership::{Item, LookupMap, Violation};
+use crate::server::limits::AdmitError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -296,17 +297,6 @@ impl Default for Metrics {
     }
 }
 
-/// Why a request was refused before its body was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusedUnread {
-    /// Its declared length is over the body limit (413).
-    TooLarge,
-    /// No room under the in-flight limits within the request timeout (429).
-    Busy,
-    /// As many requests as may wait were waiting (429, at once).
-    TooManyWaiting,
-}
-
 impl Metrics {
     /// Records one answered review.
     pub(crate) fn decision(&self, endpoint: Endpoint, decision: &Decision, took: Duration) {
@@ -365,12 +355,12 @@ impl Metrics {
         counter
     }
 
-    /// A request refused before its body was read.
-    pub fn refused_before_reading(&self, why: RefusedUnread) {
+    /// A request refused before its body was read, by why.
+    pub fn refused_before_reading(&self, why: &AdmitError) {
         let result = match why {
-            RefusedUnread::TooLarge => "too_large",
-            RefusedUnread::Busy => "busy",
-            RefusedUnread::TooManyWaiting => "too_many_waiting",
+            AdmitError::TooLarge { .. } => "too_large",
+            AdmitError::TooManyWaiting => "too_many_waiting",
+            _ => "busy",
         };
         self.refused_unread.get_or_create(&ResultLabels { result }).inc();
     }

@@ -1572,7 +1572,7 @@ async fn the_alerts_and_the_dashboard_query_metrics_the_server_exports() {
         statusguard::admission::decide::Endpoint::Validate,
         Duration::from_millis(1),
     );
-    metrics.refused_before_reading(statusguard::metrics::RefusedUnread::TooLarge);
+    metrics.refused_before_reading(&statusguard::server::limits::AdmitError::TooLarge { limit: 1 });
     metrics.rules_loaded(1);
     metrics.rules_rejected("invalid");
     metrics.tls_reload(false);

@@ -43,10 +43,10 @@
 //!   at once; as many more wait (above), within the same timeout.
 //! - **CPU**: a review larger than [`INLINE_DECISION_BYTES`] is decided on a
 //!   blocking thread, at most [`Limits::decision_threads`] at a time, so that
-//!   no review holds up the async workers that serve every other review. (The
-//!   admin port, `/healthz` included, has a runtime of its own.) A decision is linear in the review's size,
-//!   so the work left for a request whose caller gave up is bounded by the
-//!   body limit.
+//!   no review holds up the async workers that serve every other review (the
+//!   admin port, `/healthz` included, has a runtime of its own). A decision
+//!   is linear in the review's size, so the work left for a request whose
+//!   caller gave up is bounded by the body limit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +63,8 @@ pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// HTTP/2: connections served with the wide windows above at once. A few
 /// API servers open one or two connections each; a connection past these
 /// works as well, with less in flight (one 35 KB review costs about 7 µs
-/// more CPU over narrow windows at saturating load: BENCHMARKS.md).
+/// more CPU over narrow windows at saturating load: RELIABILITY.md,
+/// "Hostile callers").
 pub const H2_WIDE_CONNECTIONS: usize = 16;
 /// HTTP/2: the window of every other connection and its streams, the
 /// protocol's initial one (a connection's window can grow, never shrink

@@ -18,7 +18,6 @@ use crate::admission::answer::{Answer, RequestFacts, Verdict, answer_observing};
 use crate::admission::decide::{Decision, Endpoint, Outcome};
 use crate::admission::observe::{Copied, observed_at};
 use crate::admission::wire::encode_response;
-use crate::metrics::RefusedUnread;
 use crate::ownership::Ownership;
 use crate::rules::{self, ConfigMapRef};
 use crate::server::limits::{AdmitError, INLINE_DECISION_BYTES};
@@ -75,12 +74,11 @@ async fn admitted_body(app: &App, request: Request) -> Result<(Bytes, crate::ser
     let mut admission = match app.budget.admit(content_length).await {
         Ok(admission) => admission,
         Err(e) => {
-            let (status, why) = match e {
-                AdmitError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, RefusedUnread::TooLarge),
-                AdmitError::TooManyWaiting => (StatusCode::TOO_MANY_REQUESTS, RefusedUnread::TooManyWaiting),
-                _ => (StatusCode::TOO_MANY_REQUESTS, RefusedUnread::Busy),
+            let status = match e {
+                AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::TOO_MANY_REQUESTS,
             };
-            app.metrics.refused_before_reading(why);
+            app.metrics.refused_before_reading(&e);
             tracing::warn!(status = status.as_u16(), reason = %e, "request refused before it was read");
             return Err(plain(status, e));
         }
