@@ -116,18 +116,22 @@ impl Release {
 
     /// Runs `helm ARGS --kubeconfig ...`, asserts it succeeded, returns its output.
     pub fn helm(&self, args: &[&str]) -> String {
+        self.try_helm(args)
+            .unwrap_or_else(|stderr| panic!("helm {args:?}: {stderr}"))
+    }
+
+    /// Runs `helm ARGS --kubeconfig ...`: its output, or its error output.
+    pub fn try_helm(&self, args: &[&str]) -> Result<String, String> {
         let output = helm(&self.home)
             .args(args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "helm {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
+        match output.status.success() {
+            true => Ok(String::from_utf8(output.stdout).unwrap()),
+            false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+        }
     }
 
     /// Writes `values` to the file `install` and `upgrade` read.
@@ -160,11 +164,17 @@ impl Release {
 
     /// `helm upgrade` with `values` and `extra` arguments (e.g. `--force`).
     pub fn upgrade_with(&self, values: &str, extra: &[&str]) {
+        self.try_upgrade_with(values, extra)
+            .unwrap_or_else(|stderr| panic!("helm upgrade {extra:?}: {stderr}"));
+    }
+
+    /// [`Release::upgrade_with`], its error output returned.
+    pub fn try_upgrade_with(&self, values: &str, extra: &[&str]) -> Result<String, String> {
         let file = self.values(values);
         let chart = chart().display().to_string();
         let mut args = vec!["upgrade", &self.name, &chart, "-n", &self.namespace, "-f", &file];
         args.extend_from_slice(extra);
-        self.helm(&args);
+        self.try_helm(&args)
     }
 
     /// A guard that uninstalls the release (without hooks) when dropped,
