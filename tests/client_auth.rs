@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use statusguard::rules::RulesSource;
-use support::mtls::{ClientIdentity, connector, exchange, refusal};
+use support::mtls::{ClientIdentity, connector, exchange, h2_connector, refusal};
 use support::webhook::*;
 
 fn stale_review() -> Vec<u8> {
@@ -227,4 +227,68 @@ async fn the_binary_logs_whether_callers_are_authenticated_and_refuses_a_missing
     assert!(!status.success());
     let log = std::fs::read_to_string(missing.path().join("serve.log")).unwrap();
     assert!(log.contains("/nonexistent/ca.crt"), "the error names the file: {log}");
+}
+
+/// The stale write of the example, padded with white space after it to 40 KB:
+/// more than two frames of the protocol's 16 KiB.
+fn review_of_40_kb() -> Vec<u8> {
+    let mut body = stale_review();
+    body.resize(40_000, b' ');
+    body
+}
+
+const FRAME_SIZE_ERROR: u32 = 0x6;
+
+/// The API server's HTTP/2 client (Go's) sends a body in frames as large as
+/// the server allows. A caller whose certificate the server verified may
+/// send a review in one frame of up to 64 KiB on the first HTTP/2
+/// connections (the wide ones); past them, frames stay at 16 KiB.
+#[tokio::test]
+async fn a_verified_http2_caller_may_send_a_review_in_one_large_frame() {
+    use statusguard::server::limits::{H2_MAX_FRAME, H2_VERIFIED_MAX_FRAME, H2_WIDE_CONNECTIONS};
+    let dir = tempfile::tempdir().unwrap();
+    let apiserver = ClientIdentity::new("kube-apiserver");
+    let client_ca = dir.path().join("client-ca.pem");
+    std::fs::write(&client_ca, &apiserver.ca_pem).unwrap();
+    let (server, server_ca) = start(dir.path(), Some(&client_ca)).await;
+    let verified = h2_connector(&server_ca, Some(&apiserver));
+
+    let (max_frame, answer) = post_in_one_frame(server.tls, &verified, &review_of_40_kb()).await;
+    assert_eq!(max_frame, H2_VERIFIED_MAX_FRAME);
+    let answer = answer.expect("a 40 KB frame is read on a verified wide connection");
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    assert_eq!(answer["response"]["status"]["code"], 409);
+
+    // Every wide connection held, each once served (so that it holds its place).
+    let mut held = Vec::new();
+    for _ in 0..H2_WIDE_CONNECTIONS {
+        let (client, driver) = http2_connection(&verified, server.tls).await;
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::get("https://localhost/healthz").body(()).unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        response.await.unwrap();
+        held.push((client, driver));
+    }
+    let (max_frame, answer) = post_in_one_frame(server.tls, &verified, &review_of_40_kb()).await;
+    assert_eq!(max_frame, H2_MAX_FRAME, "past the wide connections");
+    assert_eq!(
+        answer.err(),
+        Some(FRAME_SIZE_ERROR),
+        "a frame over 16 KiB ends the connection"
+    );
+    for (_, driver) in held {
+        driver.abort();
+    }
+}
+
+/// Without a verified certificate, a wide connection keeps the protocol's
+/// 16 KiB frames: h2 holds a frame whole until it has arrived.
+#[tokio::test]
+async fn an_unverified_http2_caller_keeps_the_protocols_frames() {
+    use statusguard::server::limits::H2_MAX_FRAME;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, server_ca) = start(dir.path(), None).await;
+    let (max_frame, answer) = post_in_one_frame(server.tls, &h2_connector(&server_ca, None), &review_of_40_kb()).await;
+    assert_eq!(max_frame, H2_MAX_FRAME);
+    assert_eq!(answer.err(), Some(FRAME_SIZE_ERROR));
 }

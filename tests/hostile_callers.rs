@@ -315,22 +315,6 @@ struct Attack {
     refused: AtomicUsize,
 }
 
-/// An HTTP/2 connection (ALPN `h2`) and the task that drives it.
-async fn http2_connection(
-    connector: &tokio_rustls::TlsConnector,
-    addr: std::net::SocketAddr,
-) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = connector.connect(name, tcp).await.unwrap();
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (client, connection) = h2::client::handshake(tls).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    (client, driver)
-}
-
 /// One attacking HTTP/2 connection: opens `H2_STREAMS` reviews, each
 /// declaring a body of 8,000,000 bytes with 12 KiB of headers (sent as
 /// never-indexed literals, so that each request's are its own on the

@@ -6,7 +6,7 @@
 // µs, tab-separated) and prints its counts in h2load's "requests:" format,
 // so that the server_load bench reads it as it reads h2load.
 //
-//	go-client -url https://127.0.0.1:8443/validate -body review.json -rate 1000 -seconds 10 -log out.log
+//	go-client -url https://127.0.0.1:8443/validate -body review.json -rate 1000 -seconds 10 -log out.log [-cert client.crt -key client.key]
 package main
 
 import (
@@ -33,6 +33,8 @@ func main() {
 	rate := flag.Int("rate", 1000, "requests per second")
 	seconds := flag.Int("seconds", 10, "how long to send")
 	logFile := flag.String("log", "", "where to write one line per request")
+	certFile := flag.String("cert", "", "a client certificate to present (PEM; with -key), as the API server does to a server with --client-ca-file")
+	keyFile := flag.String("key", "", "the client certificate's key (PEM)")
 	flag.Parse()
 	body, err := os.ReadFile(*bodyFile)
 	if err != nil || *url == "" || *logFile == "" || *rate <= 0 {
@@ -41,8 +43,17 @@ func main() {
 	}
 	// As the API server's webhook client: HTTP/2 over TLS, one connection.
 	// The bench's certificate is self-signed for the loopback address only.
+	tlsConfig := &tls.Config{InsecureSkipVerify: true}
+	if *certFile != "" {
+		pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cannot load the client certificate:", err)
+			os.Exit(2)
+		}
+		tlsConfig.Certificates = []tls.Certificate{pair}
+	}
 	transport := &http.Transport{
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+		TLSClientConfig:   tlsConfig,
 		ForceAttemptHTTP2: true,
 		MaxConnsPerHost:   1,
 	}

@@ -21,7 +21,10 @@
 //!   room in the body budget does not read, so its connection's window
 //!   fills: across connections, unread bytes are at most
 //!   [`Limits::max_connections`] × 64 KiB + [`H2_WIDE_CONNECTIONS`] × 1 MiB
-//!   (48 MiB by default). Not bounded yet: the memory those bytes keep. h2
+//!   (48 MiB by default). h2 also holds a frame whole until it has
+//!   arrived: at most [`H2_MAX_FRAME`], or [`H2_VERIFIED_MAX_FRAME`] on a
+//!   wide connection whose client certificate the server verified (the API
+//!   server's client then sends a review in one frame). Not bounded yet: the memory those bytes keep. h2
 //!   keeps each DATA frame's bytes as a slice of the read buffer it arrived
 //!   in, so a peer that sends small DATA frames between large frames the
 //!   server throws away makes each kept frame hold its whole buffer: about
@@ -70,6 +73,20 @@ pub const H2_WIDE_CONNECTIONS: usize = 16;
 /// protocol's initial one (a connection's window can grow, never shrink
 /// below it).
 pub const H2_NARROW_WINDOW: u32 = 65_535;
+/// HTTP/2: the largest frame a peer may send on a wide connection whose
+/// client certificate the server verified (`--client-ca-file`). Go's HTTP/2
+/// client (the API server's) sends a request body in frames as large as the
+/// server allows, up to 512 KiB: a 35 KB review in one frame rather than
+/// three of the protocol's 16 KiB, read in one piece and kept without a copy
+/// (3–5 µs less CPU per review; BENCHMARKS.md, "larger HTTP/2 frames"). Not
+/// for an unverified caller: h2 holds a frame whole until it has arrived,
+/// and a small DATA frame kept as a slice of the buffer a large frame came
+/// in keeps that buffer alive, so larger frames would make the small-frame
+/// gap (this module's documentation) four times as costly.
+pub const H2_VERIFIED_MAX_FRAME: u32 = 64 * 1024;
+/// HTTP/2: the largest frame on every other connection, the protocol's
+/// initial one.
+pub const H2_MAX_FRAME: u32 = 16 * 1024;
 /// HTTP/2: concurrent streams per connection. Go's HTTP/2 client (the API
 /// server's) opens another connection when a connection is full.
 pub const H2_MAX_STREAMS: u32 = 64;

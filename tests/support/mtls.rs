@@ -57,6 +57,22 @@ pub fn connector(
     identity: Option<&ClientIdentity>,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> TlsConnector {
+    TlsConnector::from(Arc::new(client_config(server_ca_pem, identity, versions)))
+}
+
+/// [`connector`] offering HTTP/2 alone in its handshake (ALPN `h2`), as the
+/// API server's client does.
+pub fn h2_connector(server_ca_pem: &str, identity: Option<&ClientIdentity>) -> TlsConnector {
+    let mut config = client_config(server_ca_pem, identity, rustls::DEFAULT_VERSIONS);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    TlsConnector::from(Arc::new(config))
+}
+
+fn client_config(
+    server_ca_pem: &str,
+    identity: Option<&ClientIdentity>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(server_ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -65,7 +81,7 @@ pub fn connector(
         .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots);
-    let config = match identity {
+    match identity {
         Some(identity) => {
             let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
                 .collect::<Result<Vec<_>, _>>()
@@ -74,8 +90,7 @@ pub fn connector(
             builder.with_client_auth_cert(chain, key).unwrap()
         }
         None => builder.with_no_client_auth(),
-    };
-    TlsConnector::from(Arc::new(config))
+    }
 }
 
 /// POSTs `body` to `path` over HTTP/1.1 through `connector` and reads to

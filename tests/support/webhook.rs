@@ -176,6 +176,138 @@ fn client_config(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVer
         .with_no_client_auth()
 }
 
+/// An HTTP/2 connection (ALPN `h2`) and the task that drives it.
+pub async fn http2_connection(
+    connector: &TlsConnector,
+    addr: SocketAddr,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client, driver)
+}
+
+/// One HTTP/2 frame as it came: its type, flags, stream and payload.
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+
+async fn write_frame(tls: &mut (impl AsyncWriteExt + Unpin), kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut head = vec![length[1], length[2], length[3], kind, flags];
+    head.extend_from_slice(&stream.to_be_bytes());
+    tls.write_all(&head).await.unwrap();
+    tls.write_all(payload).await.unwrap();
+    tls.flush().await.unwrap();
+}
+
+/// The next frame, or `None` once the server has closed the connection.
+async fn read_frame(tls: &mut (impl AsyncReadExt + Unpin)) -> Option<Frame> {
+    let mut head = [0; 9];
+    tls.read_exact(&mut head).await.ok()?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0; length];
+    tls.read_exact(&mut payload).await.ok()?;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    Some(Frame {
+        kind: head[3],
+        flags: head[4],
+        stream,
+        payload,
+    })
+}
+
+/// `name: value` as an HPACK literal without indexing (no Huffman coding).
+fn literal_header(block: &mut Vec<u8>, name: &str, value: &str) {
+    for text in [name, value] {
+        let length = u8::try_from(text.len()).unwrap();
+        assert!(length < 0x7f, "one-byte lengths only");
+        if text == name {
+            block.push(0x00);
+        }
+        block.push(length);
+        block.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// Posts `body` to `/validate` as a single DATA frame, on an HTTP/2
+/// connection of its own through `connector` (which offers ALPN `h2`),
+/// written frame by frame: the largest frame the server's SETTINGS allow,
+/// and its answer (the review's JSON), or the error code of the GOAWAY
+/// that ended the connection instead.
+pub async fn post_in_one_frame(
+    addr: SocketAddr,
+    connector: &TlsConnector,
+    body: &[u8],
+) -> (u32, Result<serde_json::Value, u32>) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    write_frame(&mut tls, SETTINGS, 0, 0, &[]).await;
+    // The protocol's initial largest frame, unless the server says otherwise.
+    let mut max_frame = 16 * 1024;
+    loop {
+        let frame = read_frame(&mut tls).await.expect("the server's SETTINGS");
+        if frame.kind == SETTINGS && frame.flags & 0x1 == 0 {
+            for setting in frame.payload.chunks_exact(6) {
+                if u16::from_be_bytes([setting[0], setting[1]]) == SETTINGS_MAX_FRAME_SIZE {
+                    max_frame = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+                }
+            }
+            write_frame(&mut tls, SETTINGS, 0x1, 0, &[]).await;
+            break;
+        }
+    }
+    let mut headers = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":path", "/validate"),
+        (":authority", "localhost"),
+        ("content-type", "application/json"),
+    ] {
+        literal_header(&mut headers, name, value);
+    }
+    write_frame(&mut tls, HEADERS, END_HEADERS, 1, &headers).await;
+    write_frame(&mut tls, DATA, END_STREAM, 1, body).await;
+    let mut answer = Vec::new();
+    while let Some(frame) = read_frame(&mut tls).await {
+        match frame.kind {
+            GOAWAY => {
+                let code = u32::from_be_bytes([frame.payload[4], frame.payload[5], frame.payload[6], frame.payload[7]]);
+                return (max_frame, Err(code));
+            }
+            // `:status: 200`, the static table's entry 8.
+            HEADERS if frame.stream == 1 => assert_eq!(frame.payload.first(), Some(&0x88), "answered 200"),
+            DATA if frame.stream == 1 => {
+                answer.extend_from_slice(&frame.payload);
+                if frame.flags & END_STREAM != 0 {
+                    return (max_frame, Ok(serde_json::from_slice(&answer).unwrap()));
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("the connection ended with neither an answer nor a GOAWAY");
+}
+
 /// A raw HTTP/1.1 request over TLS whose body is sent in two parts, with
 /// `between` run in the middle: an in-flight request under the test's control.
 pub async fn split_request(

@@ -20,8 +20,8 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::server::limits::{
-    H1_MAX_BUF, H2_CONNECTION_WINDOW, H2_MAX_STREAMS, H2_NARROW_WINDOW, H2_STREAM_WINDOW, H2_WIDE_CONNECTIONS, Limits,
-    MAX_HEADER_BYTES,
+    H1_MAX_BUF, H2_CONNECTION_WINDOW, H2_MAX_FRAME, H2_MAX_STREAMS, H2_NARROW_WINDOW, H2_STREAM_WINDOW,
+    H2_VERIFIED_MAX_FRAME, H2_WIDE_CONNECTIONS, Limits, MAX_HEADER_BYTES,
 };
 
 /// Binds `addr` for the accept loop. The IPv6 wildcard `[::]` is bound dual
@@ -79,18 +79,27 @@ impl AcceptLimits {
     }
 }
 
-/// HTTP/2's flow-control windows of a connection: what its peer may send
-/// before the handlers read.
+/// HTTP/2's flow-control windows of a connection (what its peer may send
+/// before the handlers read) and the largest frame it may send.
 #[derive(Debug, Clone, Copy)]
 struct Windows {
     connection: u32,
     stream: u32,
+    max_frame: u32,
 }
 
 /// For the first [`H2_WIDE_CONNECTIONS`] HTTP/2 connections at once.
 const WIDE: Windows = Windows {
     connection: H2_CONNECTION_WINDOW,
     stream: H2_STREAM_WINDOW,
+    max_frame: H2_MAX_FRAME,
+};
+/// For a wide connection whose client certificate the server verified
+/// (`--client-ca-file`): the API server's, which then sends a review in one
+/// frame.
+const WIDE_VERIFIED: Windows = Windows {
+    max_frame: H2_VERIFIED_MAX_FRAME,
+    ..WIDE
 };
 /// For every other connection: the protocol's initial windows, no more than
 /// HTTP/1.1 reads ahead, so that unread bytes stay bounded across
@@ -98,6 +107,7 @@ const WIDE: Windows = Windows {
 const NARROW: Windows = Windows {
     connection: H2_NARROW_WINDOW,
     stream: H2_NARROW_WINDOW,
+    max_frame: H2_MAX_FRAME,
 };
 
 /// The HTTP/1.1 and HTTP/2 connection builder, with every buffer bounded
@@ -117,6 +127,7 @@ fn connection_builder(limits: AcceptLimits, windows: Windows) -> auto::Builder<T
         .initial_connection_window_size(windows.connection)
         .initial_stream_window_size(windows.stream)
         .max_header_list_size(MAX_HEADER_BYTES)
+        .max_frame_size(windows.max_frame)
         // A peer that stops answering pings is gone: its connection goes too.
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
@@ -133,8 +144,11 @@ pub async fn serve_tls(
     stop: impl Future<Output = ()>,
 ) -> GracefulShutdown {
     let service = TowerToHyperService::new(router);
-    let wide_builder = Arc::new(connection_builder(limits, WIDE));
-    let narrow_builder = Arc::new(connection_builder(limits, NARROW));
+    let builders = Arc::new(Builders {
+        wide: connection_builder(limits, WIDE),
+        wide_verified: connection_builder(limits, WIDE_VERIFIED),
+        narrow: connection_builder(limits, NARROW),
+    });
     let graceful = GracefulShutdown::new();
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let wide_windows = Arc::new(Semaphore::new(H2_WIDE_CONNECTIONS));
@@ -168,7 +182,7 @@ pub async fn serve_tls(
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
         let acceptor = acceptor.clone();
-        let (wide_builder, narrow_builder) = (wide_builder.clone(), narrow_builder.clone());
+        let builders = builders.clone();
         let wide_windows = wide_windows.clone();
         let service = service.clone();
         let watcher = graceful.watcher();
@@ -199,10 +213,20 @@ pub async fn serve_tls(
             // A connection that chose HTTP/2 in its handshake gets wide
             // windows while there are some left, held until it ends. HTTP/1.1
             // needs none, and HTTP/2 without ALPN (prior knowledge) gets
-            // narrow ones, as any connection past the wide ones.
-            let http2 = tls.get_ref().get_ref().1.alpn_protocol() == Some(b"h2");
+            // narrow ones, as any connection past the wide ones. Large frames
+            // only for a caller whose certificate was verified: h2 holds a
+            // frame whole until it has arrived, and keeps a small DATA frame
+            // as a slice of the buffer a large one came in (README, "small
+            // HTTP/2 DATA frames").
+            let session = tls.get_ref().get_ref().1;
+            let http2 = session.alpn_protocol() == Some(b"h2");
+            let verified = session.peer_certificates().is_some();
             let wide = http2.then(|| wide_windows.try_acquire_owned().ok()).flatten();
-            let builder = if wide.is_some() { wide_builder } else { narrow_builder };
+            let builder = match wide {
+                Some(_) if verified => &builders.wide_verified,
+                Some(_) => &builders.wide,
+                None => &builders.narrow,
+            };
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -211,6 +235,13 @@ pub async fn serve_tls(
         });
     }
     graceful
+}
+
+/// The connection builders, by what a connection gets (see [`Windows`]).
+struct Builders {
+    wide: auto::Builder<TokioExecutor>,
+    wide_verified: auto::Builder<TokioExecutor>,
+    narrow: auto::Builder<TokioExecutor>,
 }
 
 /// The buffer of a connection's first read. hyper reads into its own
