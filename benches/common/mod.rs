@@ -177,6 +177,7 @@ pub fn ownership_scaled(resources: usize, writers: usize) -> String {
 /// The physical limit.
 pub fn null_router() -> axum::Router {
     let answer = |body: axum::body::Bytes| async move {
+        spin_as_configured();
         const KEY: &[u8] = br#""uid":""#;
         let uid = body
             .windows(KEY.len())
@@ -195,4 +196,25 @@ pub fn null_router() -> axum::Router {
     axum::Router::new()
         .route("/validate", axum::routing::post(answer))
         .route("/mutate", axum::routing::post(answer))
+}
+
+/// With `NULL_SPIN_NS` set, the null webhook spins that long per review
+/// before it answers, touching no memory: a server whose decision costs
+/// exactly that and nothing else. Measured beside statusguard, it tells
+/// what the same stack costs a server as slow as statusguard from what
+/// statusguard's own request path adds (BENCHMARKS.md, "a null webhook as
+/// slow as statusguard").
+fn spin_as_configured() {
+    static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    let spin = *SPIN.get_or_init(|| {
+        let nanos = std::env::var("NULL_SPIN_NS").ok().and_then(|v| v.parse().ok());
+        std::time::Duration::from_nanos(nanos.unwrap_or(0))
+    });
+    if spin.is_zero() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < spin {
+        std::hint::spin_loop();
+    }
 }
