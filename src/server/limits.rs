@@ -24,13 +24,13 @@
 //!   (48 MiB by default). h2 also holds a frame whole until it has
 //!   arrived: at most [`H2_MAX_FRAME`], or [`H2_VERIFIED_MAX_FRAME`] on a
 //!   wide connection whose client certificate the server verified (the API
-//!   server's client then sends a review in one frame). Not bounded yet: the memory those bytes keep. h2
-//!   keeps each DATA frame's bytes as a slice of the read buffer it arrived
-//!   in, so a peer that sends small DATA frames between large frames the
-//!   server throws away makes each kept frame hold its whole buffer: about
-//!   2 MiB for a waiting stream's 64 KiB window (RELIABILITY.md). A body
-//!   being read is copied out of its frames as they arrive, so it holds no
-//!   more than its bytes.
+//!   server's client then sends a review in one frame). Not bounded yet:
+//!   the memory those bytes keep. h2 keeps each DATA frame's bytes as a
+//!   slice of the read buffer it arrived in, so a peer that sends small
+//!   DATA frames between large frames the server throws away makes each
+//!   kept frame hold its whole buffer: about 2 MiB for a waiting stream's
+//!   64 KiB window (RELIABILITY.md). A body being read is copied out of
+//!   its frames as they arrive, so it holds no more than its bytes.
 //! - **Requests waiting**: an HTTP/2 connection carries up to
 //!   [`H2_MAX_STREAMS`] requests at once, each holding its headers (at most
 //!   [`MAX_HEADER_BYTES`], decoded) and a task while it waits for the
