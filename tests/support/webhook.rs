@@ -208,12 +208,18 @@ const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 
-async fn write_frame(tls: &mut (impl AsyncWriteExt + Unpin), kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
+/// A frame's nine-byte header.
+fn frame_head(kind: u8, flags: u8, stream: u32, length: usize) -> Vec<u8> {
+    let length = u32::try_from(length).unwrap().to_be_bytes();
     let mut head = vec![length[1], length[2], length[3], kind, flags];
     head.extend_from_slice(&stream.to_be_bytes());
-    tls.write_all(&head).await.unwrap();
-    tls.write_all(payload).await.unwrap();
+    head
+}
+
+async fn write_frame(tls: &mut (impl AsyncWriteExt + Unpin), kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let mut frame = frame_head(kind, flags, stream, payload.len());
+    frame.extend_from_slice(payload);
+    tls.write_all(&frame).await.unwrap();
     tls.flush().await.unwrap();
 }
 
@@ -233,29 +239,36 @@ async fn read_frame(tls: &mut (impl AsyncReadExt + Unpin)) -> Option<Frame> {
     })
 }
 
-/// `name: value` as an HPACK literal without indexing (no Huffman coding).
+/// `name: value` as an HPACK literal without indexing, with a new name (no
+/// Huffman coding).
 fn literal_header(block: &mut Vec<u8>, name: &str, value: &str) {
+    block.push(0x00);
     for text in [name, value] {
         let length = u8::try_from(text.len()).unwrap();
         assert!(length < 0x7f, "one-byte lengths only");
-        if text == name {
-            block.push(0x00);
-        }
         block.push(length);
         block.extend_from_slice(text.as_bytes());
     }
 }
 
+/// What became of a request sent by [`post_in_one_frame`].
+#[derive(Debug)]
+pub enum OneFrame {
+    /// The review's answer.
+    Answered(serde_json::Value),
+    /// A GOAWAY with this error code ended the connection.
+    GoneAway(u32),
+    /// The connection was cut before a GOAWAY could be read: a server that
+    /// refuses a frame from its header closes while the rest of it is still
+    /// being written, and the reset may come first.
+    Cut,
+}
+
 /// Posts `body` to `/validate` as a single DATA frame, on an HTTP/2
 /// connection of its own through `connector` (which offers ALPN `h2`),
 /// written frame by frame: the largest frame the server's SETTINGS allow,
-/// and its answer (the review's JSON), or the error code of the GOAWAY
-/// that ended the connection instead.
-pub async fn post_in_one_frame(
-    addr: SocketAddr,
-    connector: &TlsConnector,
-    body: &[u8],
-) -> (u32, Result<serde_json::Value, u32>) {
+/// and what became of the request.
+pub async fn post_in_one_frame(addr: SocketAddr, connector: &TlsConnector, body: &[u8]) -> (u32, OneFrame) {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let mut tls = connector.connect(name, tcp).await.unwrap();
@@ -286,26 +299,34 @@ pub async fn post_in_one_frame(
         literal_header(&mut headers, name, value);
     }
     write_frame(&mut tls, HEADERS, END_HEADERS, 1, &headers).await;
-    write_frame(&mut tls, DATA, END_STREAM, 1, body).await;
+    // The whole DATA frame in one write; if the server has closed, what it
+    // sent first is still read below.
+    let mut data = frame_head(DATA, END_STREAM, 1, body.len());
+    data.extend_from_slice(body);
+    let _ = async {
+        tls.write_all(&data).await?;
+        tls.flush().await
+    }
+    .await;
     let mut answer = Vec::new();
     while let Some(frame) = read_frame(&mut tls).await {
         match frame.kind {
             GOAWAY => {
                 let code = u32::from_be_bytes([frame.payload[4], frame.payload[5], frame.payload[6], frame.payload[7]]);
-                return (max_frame, Err(code));
+                return (max_frame, OneFrame::GoneAway(code));
             }
             // `:status: 200`, the static table's entry 8.
             HEADERS if frame.stream == 1 => assert_eq!(frame.payload.first(), Some(&0x88), "answered 200"),
             DATA if frame.stream == 1 => {
                 answer.extend_from_slice(&frame.payload);
                 if frame.flags & END_STREAM != 0 {
-                    return (max_frame, Ok(serde_json::from_slice(&answer).unwrap()));
+                    return (max_frame, OneFrame::Answered(serde_json::from_slice(&answer).unwrap()));
                 }
             }
             _ => {}
         }
     }
-    panic!("the connection ended with neither an answer nor a GOAWAY");
+    (max_frame, OneFrame::Cut)
 }
 
 /// A raw HTTP/1.1 request over TLS whose body is sent in two parts, with
