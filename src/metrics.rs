@@ -359,8 +359,8 @@ impl Metrics {
     pub fn refused_before_reading(&self, why: &AdmitError) {
         let result = match why {
             AdmitError::TooLarge { .. } => "too_large",
+            AdmitError::Busy => "busy",
             AdmitError::TooManyWaiting => "too_many_waiting",
-            _ => "busy",
         };
         self.refused_unread.get_or_create(&ResultLabels { result }).inc();
     }

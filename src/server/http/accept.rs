@@ -79,40 +79,40 @@ impl AcceptLimits {
     }
 }
 
-/// HTTP/2's flow-control windows of a connection (what its peer may send
-/// before the handlers read) and the largest frame it may send.
+/// What a connection's HTTP/2 peer may send: its flow-control windows (how
+/// much before the handlers read) and its largest frame.
 #[derive(Debug, Clone, Copy)]
-struct Windows {
-    connection: u32,
-    stream: u32,
+struct Http2Room {
+    connection_window: u32,
+    stream_window: u32,
     max_frame: u32,
 }
 
 /// For the first [`H2_WIDE_CONNECTIONS`] HTTP/2 connections at once.
-const WIDE: Windows = Windows {
-    connection: H2_CONNECTION_WINDOW,
-    stream: H2_STREAM_WINDOW,
+const WIDE: Http2Room = Http2Room {
+    connection_window: H2_CONNECTION_WINDOW,
+    stream_window: H2_STREAM_WINDOW,
     max_frame: H2_MAX_FRAME,
 };
 /// For a wide connection whose client certificate the server verified
 /// (`--client-ca-file`): the API server's, which then sends a review in one
 /// frame.
-const WIDE_VERIFIED: Windows = Windows {
+const WIDE_VERIFIED: Http2Room = Http2Room {
     max_frame: H2_VERIFIED_MAX_FRAME,
     ..WIDE
 };
 /// For every other connection: the protocol's initial windows, no more than
 /// HTTP/1.1 reads ahead, so that unread bytes stay bounded across
 /// connections (see [`crate::server::limits`]).
-const NARROW: Windows = Windows {
-    connection: H2_NARROW_WINDOW,
-    stream: H2_NARROW_WINDOW,
+const NARROW: Http2Room = Http2Room {
+    connection_window: H2_NARROW_WINDOW,
+    stream_window: H2_NARROW_WINDOW,
     max_frame: H2_MAX_FRAME,
 };
 
 /// The HTTP/1.1 and HTTP/2 connection builder, with every buffer bounded
 /// (see [`crate::server::limits`]).
-fn connection_builder(limits: AcceptLimits, windows: Windows) -> auto::Builder<TokioExecutor> {
+fn connection_builder(limits: AcceptLimits, room: Http2Room) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -124,10 +124,10 @@ fn connection_builder(limits: AcceptLimits, windows: Windows) -> auto::Builder<T
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_STREAMS)
-        .initial_connection_window_size(windows.connection)
-        .initial_stream_window_size(windows.stream)
+        .initial_connection_window_size(room.connection_window)
+        .initial_stream_window_size(room.stream_window)
         .max_header_list_size(MAX_HEADER_BYTES)
-        .max_frame_size(windows.max_frame)
+        .max_frame_size(room.max_frame)
         // A peer that stops answering pings is gone: its connection goes too.
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
@@ -237,7 +237,7 @@ pub async fn serve_tls(
     graceful
 }
 
-/// The connection builders, by what a connection gets (see [`Windows`]).
+/// The connection builders, by what a connection gets (see [`Http2Room`]).
 struct Builders {
     wide: auto::Builder<TokioExecutor>,
     wide_verified: auto::Builder<TokioExecutor>,

@@ -76,7 +76,7 @@ async fn admitted_body(app: &App, request: Request) -> Result<(Bytes, crate::ser
         Err(e) => {
             let status = match e {
                 AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                _ => StatusCode::TOO_MANY_REQUESTS,
+                AdmitError::Busy | AdmitError::TooManyWaiting => StatusCode::TOO_MANY_REQUESTS,
             };
             app.metrics.refused_before_reading(&e);
             tracing::warn!(status = status.as_u16(), reason = %e, "request refused before it was read");
