@@ -25,6 +25,13 @@ async fn start(dir: &Path, client_ca: Option<&Path>) -> (RunningServer, String) 
     (RunningServer::start(config).await, certs.ca_pem)
 }
 
+/// `identity`'s CA written to `dir` as the client CA file.
+fn client_ca_file(dir: &Path, identity: &ClientIdentity) -> std::path::PathBuf {
+    let file = dir.join("client-ca.crt");
+    std::fs::write(&file, &identity.ca_pem).unwrap();
+    file
+}
+
 /// The review's answer through `connector`, or why there was none.
 async fn answer(server: &RunningServer, connector: &tokio_rustls::TlsConnector) -> Result<String, String> {
     exchange(server.tls, connector, "/validate", &stale_review()).await
@@ -59,8 +66,7 @@ async fn with_a_client_ca_only_callers_with_its_certificates_are_answered() {
     let dir = tempfile::tempdir().unwrap();
     let apiserver = ClientIdentity::new("kube-apiserver");
     let stranger = ClientIdentity::new("stranger");
-    let ca_file = dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, &apiserver.ca_pem).unwrap();
+    let ca_file = client_ca_file(dir.path(), &apiserver);
     let (server, server_ca) = start(dir.path(), Some(&ca_file)).await;
 
     for versions in BOTH_VERSIONS {
@@ -177,8 +183,7 @@ async fn a_client_ca_rotated_by_kubelet_symlink_swap_is_trusted_and_a_broken_one
 async fn the_binary_logs_whether_callers_are_authenticated_and_refuses_a_missing_ca_file() {
     let dir = tempfile::tempdir().unwrap();
     let apiserver = ClientIdentity::new("kube-apiserver");
-    let ca_file = dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, &apiserver.ca_pem).unwrap();
+    let ca_file = client_ca_file(dir.path(), &apiserver);
 
     let open = tempfile::tempdir().unwrap();
     let unauthenticated = BinaryServer::start(open.path(), &[], &[]).await;
@@ -257,9 +262,7 @@ async fn a_verified_http2_caller_may_send_a_review_in_one_large_frame() {
     use statusguard::server::limits::{H2_MAX_FRAME, H2_VERIFIED_MAX_FRAME, H2_WIDE_CONNECTIONS};
     let dir = tempfile::tempdir().unwrap();
     let apiserver = ClientIdentity::new("kube-apiserver");
-    let client_ca = dir.path().join("client-ca.pem");
-    std::fs::write(&client_ca, &apiserver.ca_pem).unwrap();
-    let (server, server_ca) = start(dir.path(), Some(&client_ca)).await;
+    let (server, server_ca) = start(dir.path(), Some(&client_ca_file(dir.path(), &apiserver))).await;
     let verified = h2_connector(&server_ca, Some(&apiserver));
 
     let (max_frame, answer) = post_in_one_frame(server.tls, &verified, &review_of_40_kb()).await;

@@ -9,7 +9,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use statusguard::cluster::certs::tls::crypto_provider;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -60,8 +60,8 @@ pub fn connector(
     TlsConnector::from(Arc::new(client_config(server_ca_pem, identity, versions)))
 }
 
-/// [`connector`] offering HTTP/2 alone in its handshake (ALPN `h2`), as the
-/// API server's client does.
+/// [`connector`] with the default versions, offering HTTP/2 alone in its
+/// handshake (ALPN `h2`), as the API server's client does.
 pub fn h2_connector(server_ca_pem: &str, identity: Option<&ClientIdentity>) -> TlsConnector {
     let mut config = client_config(server_ca_pem, identity, rustls::DEFAULT_VERSIONS);
     config.alpn_protocols = vec![b"h2".to_vec()];
@@ -113,11 +113,7 @@ pub async fn exchange(addr: SocketAddr, connector: &TlsConnector, path: &str, bo
     request.extend_from_slice(body);
     // A refused client may find the connection closed while it writes
     // (broken pipe): the server's alert is then still there to be read.
-    let written = async {
-        tls.write_all(&request).await?;
-        tls.flush().await
-    }
-    .await;
+    let written = super::webhook::sent(&mut tls, &request).await;
     let mut response = Vec::new();
     let read = tls.read_to_end(&mut response).await;
     match (written, read) {

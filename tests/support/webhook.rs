@@ -6,11 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use statusguard::cluster::certs::files::CertFiles;
 use statusguard::cluster::certs::policy::{GeneratedCertificates, generate_certificates};
-use statusguard::cluster::certs::tls::crypto_provider;
 use statusguard::rules::RulesSource;
 use statusguard::server::Server;
 use statusguard::server::config::{CertSource, ServeConfig};
@@ -152,28 +149,23 @@ pub fn plain_client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A TLS connector that trusts only `ca_pem` and offers `versions`.
 pub fn tls_connector(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> TlsConnector {
-    TlsConnector::from(Arc::new(client_config(ca_pem, versions)))
+    super::mtls::connector(ca_pem, None, versions)
 }
 
 /// A TLS connector that offers HTTP/2 alone in its handshake (ALPN `h2`), as
 /// the API server's client does.
 pub fn h2_tls_connector(ca_pem: &str) -> TlsConnector {
-    let mut config = client_config(ca_pem, rustls::DEFAULT_VERSIONS);
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    TlsConnector::from(Arc::new(config))
+    super::mtls::h2_connector(ca_pem, None)
 }
 
-fn client_config(ca_pem: &str, versions: &[&'static rustls::SupportedProtocolVersion]) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    rustls::ClientConfig::builder_with_provider(crypto_provider())
-        .with_protocol_versions(versions)
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth()
+/// A TLS connection through `connector` to the server at `addr` (named
+/// `localhost` in its certificate).
+pub async fn tls_connected(connector: &TlsConnector, addr: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.unwrap()
 }
 
 /// An HTTP/2 connection (ALPN `h2`) and the task that drives it.
@@ -181,9 +173,7 @@ pub async fn http2_connection(
     connector: &TlsConnector,
     addr: SocketAddr,
 ) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = connector.connect(name, tcp).await.unwrap();
+    let tls = tls_connected(connector, addr).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let (client, connection) = h2::client::handshake(tls).await.unwrap();
     let driver = tokio::spawn(async move {
@@ -216,11 +206,16 @@ fn frame_head(kind: u8, flags: u8, stream: u32, length: usize) -> Vec<u8> {
     head
 }
 
+/// `bytes` written and flushed, or why not.
+pub async fn sent(tls: &mut (impl AsyncWriteExt + Unpin), bytes: &[u8]) -> std::io::Result<()> {
+    tls.write_all(bytes).await?;
+    tls.flush().await
+}
+
 async fn write_frame(tls: &mut (impl AsyncWriteExt + Unpin), kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let mut frame = frame_head(kind, flags, stream, payload.len());
     frame.extend_from_slice(payload);
-    tls.write_all(&frame).await.unwrap();
-    tls.flush().await.unwrap();
+    sent(tls, &frame).await.unwrap();
 }
 
 /// The next frame, or `None` once the server has closed the connection.
@@ -269,9 +264,7 @@ pub enum OneFrame {
 /// written frame by frame: the largest frame the server's SETTINGS allow,
 /// and what became of the request.
 pub async fn post_in_one_frame(addr: SocketAddr, connector: &TlsConnector, body: &[u8]) -> (u32, OneFrame) {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let mut tls = tls_connected(connector, addr).await;
     tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
     write_frame(&mut tls, SETTINGS, 0, 0, &[]).await;
     // The protocol's initial largest frame, unless the server says otherwise.
@@ -303,11 +296,7 @@ pub async fn post_in_one_frame(addr: SocketAddr, connector: &TlsConnector, body:
     // sent first is still read below.
     let mut data = frame_head(DATA, END_STREAM, 1, body.len());
     data.extend_from_slice(body);
-    let _ = async {
-        tls.write_all(&data).await?;
-        tls.flush().await
-    }
-    .await;
+    let _ = sent(&mut tls, &data).await;
     let mut answer = Vec::new();
     while let Some(frame) = read_frame(&mut tls).await {
         match frame.kind {
@@ -338,12 +327,7 @@ pub async fn split_request(
     body: &[u8],
     between: impl std::future::Future<Output = ()>,
 ) -> String {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = tls_connector(ca_pem, rustls::DEFAULT_VERSIONS)
-        .connect(name, tcp)
-        .await
-        .unwrap();
+    let mut tls = tls_connected(&tls_connector(ca_pem, rustls::DEFAULT_VERSIONS), addr).await;
     let head = format!(
         "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
