@@ -127,6 +127,17 @@ fn benches(c: &mut Criterion) {
         &large,
         Endpoint::Validate,
     );
+    // The smallest review of `LOAD_SWEEP=owned-size` (3 KB, two conditions,
+    // no endpoints): what a denial costs besides reading.
+    let small = common::review_shaped(true, common::Shape::sized(3 << 10));
+    group.throughput(criterion::Throughput::Bytes(small.len() as u64));
+    bench_answer(
+        &mut group,
+        "validate, stale write (denied), 3 KB",
+        &owned_enforce,
+        &small,
+        Endpoint::Validate,
+    );
     group.finish();
 
     // Issue 25: where the fixture's denial goes. The same stale write with

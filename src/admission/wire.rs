@@ -87,6 +87,65 @@ pub struct ReviewRequest<'a> {
     pub dry_run: bool,
 }
 
+/// The members of [`ReviewRequest`] that the API server writes after the
+/// objects (Go's `AdmissionRequest` order): [`ReviewRequest::completed`]
+/// reads them alone.
+const TAIL_MEMBERS: [&str; 2] = ["dryRun", "options"];
+
+/// Every other member [`ReviewRequest`] reads (its derived `Deserialize`'s
+/// field names; a test holds the two lists to it).
+const HEAD_MEMBERS: [&str; 10] = [
+    "uid",
+    "kind",
+    "resource",
+    "subResource",
+    "name",
+    "namespace",
+    "operation",
+    "userInfo",
+    "object",
+    "oldObject",
+];
+
+impl<'a> ReviewRequest<'a> {
+    /// This request, read from `before` (the members up to the objects),
+    /// completed with `after` (those after them) as reading all of them at
+    /// once would have read it, without reading `before` again: the single
+    /// pass reads the head first, to plan the objects' reading. `None` where
+    /// it cannot tell (a member of the head after the objects, a member
+    /// written twice, a tail member that does not read), and all of them
+    /// must be read together, which then says what is wrong.
+    pub(crate) fn completed(
+        mut self,
+        before: &[(Cow<'a, str>, &'a RawValue)],
+        after: &[(Cow<'a, str>, &'a RawValue)],
+    ) -> Option<Self> {
+        let mut seen = [false; TAIL_MEMBERS.len()];
+        for (key, _) in before {
+            if let Some(at) = TAIL_MEMBERS.iter().position(|m| m == key) {
+                seen[at] = true;
+            }
+        }
+        for (key, value) in after {
+            if HEAD_MEMBERS.contains(&key.as_ref()) {
+                return None;
+            }
+            let Some(at) = TAIL_MEMBERS.iter().position(|m| m == key) else {
+                // Not one of the request's: ignored, as the derive ignores it.
+                continue;
+            };
+            if std::mem::replace(&mut seen[at], true) {
+                return None;
+            }
+            match at {
+                0 => self.dry_run = null_as_false(*value).ok()?,
+                _ => self.field_manager = field_manager_of(*value).ok()?,
+            }
+        }
+        Some(self)
+    }
+}
+
 fn null_as_false<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
     Ok(Option::<bool>::deserialize(deserializer)?.unwrap_or_default())
 }
@@ -512,6 +571,41 @@ pub fn encode_response(response: &mut AdmissionResponse) -> Result<Vec<u8>, Revi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`ReviewRequest::completed`] reads the members after the objects by
+    /// name: its two lists are the derived `Deserialize`'s fields, so that
+    /// a member added to the request is never taken for an unknown one.
+    #[test]
+    fn the_head_and_tail_members_are_the_requests_fields() {
+        /// A deserializer that only takes the field names it is given.
+        struct FieldNames<'f>(&'f mut &'static [&'static str]);
+        impl<'de> Deserializer<'de> for FieldNames<'_> {
+            type Error = serde::de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(serde::de::Error::custom("a struct only"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                *self.0 = fields;
+                Err(serde::de::Error::custom("the fields are taken"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+                option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+            }
+        }
+        let mut fields: &'static [&'static str] = &[];
+        assert!(ReviewRequest::deserialize(FieldNames(&mut fields)).is_err());
+        let mut fields = fields.to_vec();
+        let mut listed: Vec<&str> = HEAD_MEMBERS.iter().chain(&TAIL_MEMBERS).copied().collect();
+        fields.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(fields, listed);
+    }
 
     #[test]
     fn the_review_envelope_is_checked() {

@@ -1371,6 +1371,82 @@ fn both_paths(body: &[u8]) -> Vec<String> {
     answers
 }
 
+/// The members after the objects (the API server writes `dryRun` and
+/// `options` there) complete the head the single pass read for its plan:
+/// read as reading every member at once reads them, and where that cannot
+/// be told (a member of the head after the objects, a member written
+/// twice, a value that does not read), every member is read again, with
+/// the answer two passes give.
+#[test]
+fn members_after_the_objects_are_read_as_reading_all_members_at_once_reads_them() {
+    let (old, new) = stale();
+    let review = review(SCALER, old, new);
+    let base = String::from_utf8(in_api_server_order(&review)).unwrap();
+    let head_of = |request: &ReviewRequest<'_>| {
+        format!(
+            "{} {:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
+            request.uid,
+            request.kind,
+            request.resource,
+            request.sub_resource,
+            request.namespace,
+            request.name,
+            request.operation,
+            request.user_info,
+            request.field_manager,
+            request.dry_run,
+        )
+    };
+    let rules = rules("enforce");
+    let plan = reading(&rules, Endpoint::Validate, Proofs::Off);
+    for (before, after) in [
+        (
+            "",
+            r#","dryRun":true,"options":{"kind":"UpdateOptions","fieldManager":"scaler"}"#,
+        ),
+        ("", r#","options":{"fieldManager":"kubectl"},"dryRun":null"#),
+        ("", r#","dryRun":false,"requestKind":{"kind":"Widget"},"options":null"#),
+        ("", r#","options":7,"dryRun":true"#),
+        ("", r#","dryRun":"yes""#),
+        ("", r#","dryRun":true,"dryRun":false"#),
+        ("", r#","options":{},"options":{"fieldManager":"x"}"#),
+        (r#""dryRun":true,"#, r#","dryRun":true"#),
+        (r#""options":{"fieldManager":"x"},"#, r#","dryRun":true"#),
+        ("", r#","uid":"another""#),
+        ("", r#","namespace":"other""#),
+        (
+            "",
+            r#","userInfo":{"username":"system:serviceaccount:platform:widget-controller"}"#,
+        ),
+    ] {
+        // Inserted after `"request":{`, and before the request's `}`.
+        let at = base.find(r#""request":{"#).unwrap() + r#""request":{"#.len();
+        let end = base.rfind("}}").unwrap();
+        let body = format!("{}{before}{}{after}{}", &base[..at], &base[at..end], &base[end..]);
+        let body = body.as_bytes();
+        both_paths(body);
+        match (one_pass::read(body, plan), parse_request(body)) {
+            (Some((one, _, _)), Ok(two)) => assert_eq!(head_of(&one), head_of(&two), "{before} {after}"),
+            (Some(_), Err(e)) => panic!("read in one pass, not in two ({e}): {before} {after}"),
+            (None, _) => {}
+        }
+    }
+    // Written twice, removed from the head, or a head member's value: not
+    // read alone, all read again (and the API server's order read alone).
+    let read_alone = |after: &str| {
+        let end = base.rfind("}}").unwrap();
+        let body = format!("{}{after}{}", &base[..end], &base[end..]);
+        one_pass::read(body.as_bytes(), plan).map(|(request, statuses, _)| (head_of(&request), statuses.is_some()))
+    };
+    let (head, projected) = read_alone(r#","dryRun":true"#).unwrap();
+    assert!(projected && head.ends_with("None true"), "{head}");
+    let (head, _) = read_alone(r#","namespace":"other""#).unwrap_or_default();
+    assert!(
+        !head.contains("\"other\""),
+        "a namespace written twice is not read: {head}"
+    );
+}
+
 #[test]
 fn an_object_before_user_info_is_decided_as_in_the_api_servers_order() {
     // Issue 22: `object` before `userInfo`, `oldObject` after it. The single
