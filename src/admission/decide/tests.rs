@@ -1371,6 +1371,18 @@ fn both_paths(body: &[u8]) -> Vec<String> {
     answers
 }
 
+/// The request's members as its derived `Deserialize` knows them are those
+/// the API server writes (the tests' list of its order): none is missing
+/// from what the single pass tells a head member by.
+#[test]
+fn the_requests_members_are_those_the_api_server_writes() {
+    let mut derived = crate::admission::wire::request_members().to_vec();
+    let mut written = member_order::REQUEST_ORDER.to_vec();
+    derived.sort_unstable();
+    written.sort_unstable();
+    assert_eq!(derived, written);
+}
+
 /// The members after the objects (the API server writes `dryRun` and
 /// `options` there) complete the head the single pass read for its plan:
 /// read as reading every member at once reads them, and where that cannot
