@@ -195,6 +195,7 @@ const HEADERS: u8 = 0x1;
 const SETTINGS: u8 = 0x4;
 const GOAWAY: u8 = 0x7;
 const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 
@@ -271,13 +272,13 @@ pub async fn post_in_one_frame(addr: SocketAddr, connector: &TlsConnector, body:
     let mut max_frame = 16 * 1024;
     loop {
         let frame = read_frame(&mut tls).await.expect("the server's SETTINGS");
-        if frame.kind == SETTINGS && frame.flags & 0x1 == 0 {
+        if frame.kind == SETTINGS && frame.flags & ACK == 0 {
             for setting in frame.payload.chunks_exact(6) {
                 if u16::from_be_bytes([setting[0], setting[1]]) == SETTINGS_MAX_FRAME_SIZE {
                     max_frame = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
                 }
             }
-            write_frame(&mut tls, SETTINGS, 0x1, 0, &[]).await;
+            write_frame(&mut tls, SETTINGS, ACK, 0, &[]).await;
             break;
         }
     }
