@@ -11,8 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::server::graceful::GracefulShutdown;
-
+use crate::server::http::accept::OpenConnections;
 use crate::server::state::App;
 
 /// Resolves when the server must stop accepting: `signal`, then readiness
@@ -28,9 +27,9 @@ pub(crate) async fn stop_accepting(app: Arc<App>, signal: impl Future<Output = (
 
 /// Lets the in-flight requests of the `open` connections finish, for at
 /// most `timeout`.
-pub(crate) async fn drain(open: GracefulShutdown, timeout: Duration) {
+pub(crate) async fn drain(open: OpenConnections, timeout: Duration) {
     tracing::info!("shutting down: no new connection is accepted, draining in-flight requests");
-    if tokio::time::timeout(timeout, open.shutdown()).await.is_err() {
+    if tokio::time::timeout(timeout, open.drained()).await.is_err() {
         tracing::warn!(timeout = ?timeout, "in-flight requests did not finish in time");
     }
 }

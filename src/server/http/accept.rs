@@ -1,6 +1,12 @@
 //! The TLS accept loop: a connection at a time through rustls into hyper,
 //! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain,
 //! at most `max_connections` at once, each with its buffers bounded.
+//!
+//! The drain closes a connection between requests, never under one. A new
+//! connection's first request is served even when the drain started before
+//! hyper read it: the caller sent it to a server that was still accepting.
+//! (hyper-util's `GracefulShutdown` closes such a connection unanswered when
+//! the drain reaches it before hyper has read which protocol it speaks.)
 
 use std::future::Future;
 use std::io;
@@ -9,14 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::server::limits::{
@@ -134,22 +140,38 @@ fn connection_builder(limits: AcceptLimits, room: Http2Room) -> auto::Builder<To
     builder
 }
 
-/// Accepts connections until `stop` resolves, then returns the tracker of
-/// the connections still open, for the caller to drain.
+/// The connections still open when the accept loop stopped.
+#[derive(Debug)]
+pub struct OpenConnections {
+    /// `true` once the drain started; every connection holds a receiver.
+    draining: watch::Sender<bool>,
+}
+
+impl OpenConnections {
+    /// Asks every connection to close once its requests are answered, and
+    /// resolves when all have closed.
+    pub async fn drained(&self) {
+        self.draining.send_replace(true);
+        self.draining.closed().await;
+    }
+}
+
+/// Accepts connections until `stop` resolves, then returns the connections
+/// still open, for the caller to drain.
 pub async fn serve_tls(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     router: Router,
     limits: AcceptLimits,
     stop: impl Future<Output = ()>,
-) -> GracefulShutdown {
+) -> OpenConnections {
     let service = TowerToHyperService::new(router);
     let builders = Arc::new(Builders {
         wide: connection_builder(limits, WIDE),
         wide_verified: connection_builder(limits, WIDE_VERIFIED),
         narrow: connection_builder(limits, NARROW),
     });
-    let graceful = GracefulShutdown::new();
+    let (draining, drain_watch) = watch::channel(false);
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let wide_windows = Arc::new(Semaphore::new(H2_WIDE_CONNECTIONS));
 
@@ -185,7 +207,8 @@ pub async fn serve_tls(
         let builders = builders.clone();
         let wide_windows = wide_windows.clone();
         let service = service.clone();
-        let watcher = graceful.watcher();
+        // Taken before the task starts, so that the drain waits for it.
+        let drain_watch = drain_watch.clone();
         tokio::spawn(async move {
             let _slot = slot;
             // Plain HTTP, a stalled client, a bad certificate request or a
@@ -227,14 +250,66 @@ pub async fn serve_tls(
                 Some(_) => &builders.wide,
                 None => &builders.narrow,
             };
-            let conn = builder.serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
+            let drain = Drain {
+                started: drain_watch,
+                first_request_wait: limits.header_read_timeout,
+            };
+            if let Err(e) = serve_connection(builder, TokioIo::new(tls), service, drain).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(wide);
         });
     }
-    graceful
+    OpenConnections { draining }
+}
+
+/// When and how a connection closes for the drain.
+struct Drain {
+    /// Turns `true` when the drain starts.
+    started: watch::Receiver<bool>,
+    /// How long a connection that has not yet sent a whole request head may
+    /// take to send it once the drain started (hyper's own header timeout
+    /// ends it first on HTTP/1.1).
+    first_request_wait: Duration,
+}
+
+/// Serves one connection until it ends. Once the drain starts and the
+/// connection's first request has reached the router (or
+/// `first_request_wait` is over), hyper is told to close it gracefully:
+/// HTTP/1.1 after the request in flight, HTTP/2 with a GOAWAY that lets the
+/// streams the client already sent finish.
+async fn serve_connection<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut drain: Drain,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let first_request = Arc::new(Notify::new());
+    let noted = first_request.clone();
+    // One atomic store per request: the permit stays until the drain asks.
+    let service = service_fn(move |request| {
+        noted.notify_one();
+        service.call(request)
+    });
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let drain_reaches_here = async {
+        // A closed channel means the server is gone: close then too.
+        let _ = drain.started.wait_for(|started| *started).await;
+        let _ = tokio::time::timeout(drain.first_request_wait, first_request.notified()).await;
+    };
+    tokio::select! {
+        // The connection first, so that a request already buffered is
+        // parsed before the drain is seen.
+        biased;
+        ended = connection.as_mut() => return ended,
+        () = drain_reaches_here => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    connection.await
 }
 
 /// The connection builders, by what a connection gets (see [`Http2Room`]).
@@ -247,3 +322,103 @@ struct Builders {
 /// The buffer of a connection's first read. hyper reads into its own
 /// buffer once this one is drained: reads as large as it bypass it.
 const FIRST_READ: usize = 8 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::routing::post;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
+    use tokio::sync::watch;
+
+    use super::{AcceptLimits, Drain, NARROW, connection_builder, serve_connection};
+
+    const HEAD: &[u8] = b"POST /review HTTP/1.1\r\nhost: localhost\r\ncontent-length: 10\r\n\r\n";
+
+    /// A connection served over an in-memory pipe, with the drain under the
+    /// test's control; returns the client's end.
+    fn served(draining: watch::Receiver<bool>) -> (DuplexStream, tokio::task::JoinHandle<bool>) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let router = Router::new().route(
+            "/review",
+            post(|body: String| async move { format!("read {}", body.len()) }),
+        );
+        let limits = AcceptLimits {
+            header_read_timeout: Duration::from_secs(5),
+            max_connections: 1,
+        };
+        let drain = Drain {
+            started: draining,
+            first_request_wait: limits.header_read_timeout,
+        };
+        let ended = tokio::spawn(async move {
+            let builder = connection_builder(limits, NARROW);
+            serve_connection(&builder, TokioIo::new(server), TowerToHyperService::new(router), drain)
+                .await
+                .is_ok()
+        });
+        (client, ended)
+    }
+
+    async fn answer(client: &mut DuplexStream) -> String {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the connection was closed");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// The failure of stop 45's CI: a request sent before SIGTERM, whose
+    /// connection hyper had not read when the drain started, was closed
+    /// unanswered (the client's next write: broken pipe).
+    #[tokio::test]
+    async fn a_request_sent_before_the_drain_but_not_yet_read_is_answered() {
+        let (_drain, draining) = watch::channel(true);
+        let (mut client, ended) = served(draining);
+        client.write_all(HEAD).await.unwrap();
+        client.write_all(b"01234").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(b"56789").await.unwrap();
+        let answer = answer(&mut client).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("read 10"), "{answer}");
+        assert!(ended.await.unwrap());
+    }
+
+    /// A caller that was still sending the first request's head when the
+    /// drain started gets its answer too. One byte, "P", cannot yet tell
+    /// HTTP/1.1's "POST" from HTTP/2's "PRI" preface: hyper-util's protocol
+    /// detection, told to shut down then, would drop the connection.
+    #[tokio::test]
+    async fn a_first_request_whose_head_arrives_during_the_drain_is_answered() {
+        let (_drain, draining) = watch::channel(true);
+        let (mut client, ended) = served(draining);
+        let (start, rest) = HEAD.split_at(1);
+        client.write_all(start).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(rest).await.unwrap();
+        client.write_all(b"0123456789").await.unwrap();
+        let answer = answer(&mut client).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(ended.await.unwrap());
+    }
+
+    /// Between requests the drain closes the connection at once: a
+    /// keep-alive connection does not hold the drain to its timeout.
+    #[tokio::test]
+    async fn an_idle_connection_closes_when_the_drain_starts() {
+        let (drain, draining) = watch::channel(false);
+        let (mut client, ended) = served(draining);
+        client.write_all(HEAD).await.unwrap();
+        client.write_all(b"0123456789").await.unwrap();
+        let mut first = vec![0; 4096];
+        let read = client.read(&mut first).await.unwrap();
+        assert!(String::from_utf8_lossy(&first[..read]).ends_with("read 10"));
+        drain.send_replace(true);
+        let closed = tokio::time::timeout(Duration::from_secs(2), ended).await;
+        assert!(matches!(closed, Ok(Ok(true))), "{closed:?}");
+        assert_eq!(answer(&mut client).await, "", "closed with nothing more sent");
+    }
+}
