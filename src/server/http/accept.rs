@@ -267,9 +267,10 @@ pub async fn serve_tls(
 struct Drain {
     /// Turns `true` when the drain starts.
     started: watch::Receiver<bool>,
-    /// How long a connection that has not yet sent a whole request head may
-    /// take to send it once the drain started (hyper's own header timeout
-    /// ends it first on HTTP/1.1).
+    /// How long a connection whose first request has not reached the router
+    /// may take to send it once the drain started. hyper's own header timeout
+    /// ends an HTTP/1.1 connection first; an HTTP/2 connection that never
+    /// sends a request holds the drain this long, within its timeout.
     first_request_wait: Duration,
 }
 
@@ -289,7 +290,7 @@ where
 {
     let first_request = Arc::new(Notify::new());
     let noted = first_request.clone();
-    // One atomic store per request: the permit stays until the drain asks.
+    // One atomic operation per request: the permit stays until the drain asks.
     let service = service_fn(move |request| {
         noted.notify_one();
         service.call(request)
