@@ -173,7 +173,8 @@ pub struct LimitArgs {
     /// workers; default: the CPUs the process may use.
     #[arg(long, env = "STATUSGUARD_DECISION_THREADS")]
     pub decision_threads: Option<usize>,
-    /// Time allowed for a client's TLS handshake, its first byte and request headers.
+    /// Time allowed from a connection's accept to its first request's headers,
+    /// TLS handshake included, and (HTTP/1.1) for each next request's headers.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "STATUSGUARD_HEADER_READ_TIMEOUT")]
     pub header_read_timeout: Duration,
     /// Time allowed for a request to find room under the limits, and again

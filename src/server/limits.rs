@@ -9,7 +9,8 @@
 //!
 //! - **Connections**: at most [`Limits::max_connections`] are served at once;
 //!   more wait in the listen backlog. A connection must finish its TLS
-//!   handshake and send its first byte within [`Limits::header_read_timeout`].
+//!   handshake and bring its first request's headers within
+//!   [`Limits::header_read_timeout`] of being accepted.
 //! - **Buffered, unread bytes per connection**: HTTP/1.1 reads at most
 //!   [`H1_MAX_BUF`] ahead of the handler. HTTP/2's flow-control windows bound
 //!   what a peer may send before the handler reads it: the first
@@ -124,7 +125,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Threads deciding large reviews at once.
     pub decision_threads: usize,
-    /// Time allowed for a TLS handshake, the first byte and request headers.
+    /// Time allowed from a connection's accept to its first request's
+    /// headers, TLS handshake included, and (HTTP/1.1) for each next request's.
     pub header_read_timeout: Duration,
     /// Time allowed for a request to be admitted under the limits and for its body.
     pub request_timeout: Duration,

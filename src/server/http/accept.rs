@@ -2,11 +2,20 @@
 //! HTTP/1.1 or HTTP/2 as ALPN chose, each tracked for the graceful drain,
 //! at most `max_connections` at once, each with its buffers bounded.
 //!
-//! The drain closes a connection between requests, never under one. A new
-//! connection's first request is served even when the drain started before
-//! hyper read it: the caller sent it to a server that was still accepting.
-//! (hyper-util's `GracefulShutdown` closes such a connection unanswered when
-//! the drain reaches it before hyper has read which protocol it speaks.)
+//! A connection must bring its first request to the router within the
+//! header timeout of being accepted (TLS handshake, protocol detection and
+//! headers together), or it is closed: nothing before a request holds one
+//! of the `max_connections` slots for longer.
+//!
+//! The drain closes a connection between requests. A new connection's first
+//! request is served even when the drain started before hyper read it: the
+//! caller sent it to a server that was still accepting. (hyper-util's
+//! `GracefulShutdown` closes such a connection unanswered when the drain
+//! reaches it before hyper has read which protocol it speaks.) A later
+//! request on a kept-alive HTTP/1.1 connection whose head is still arriving
+//! when the drain starts is closed unanswered, as by any HTTP/1.1 server;
+//! during the shutdown delay every answer closes its connection, so that by
+//! the drain the API server has no such connection left.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +32,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore, watch};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::server::limits::{
@@ -209,19 +219,20 @@ pub async fn serve_tls(
         let service = service.clone();
         // Taken before the task starts, so that the drain waits for it.
         let drain_watch = drain_watch.clone();
+        let first_request_by = Instant::now() + limits.header_read_timeout;
         tokio::spawn(async move {
             let _slot = slot;
             // Plain HTTP, a stalled client, a bad certificate request or a
             // client that says nothing after the handshake ends here, before
             // any HTTP is read: never answered. (hyper's own header timeout
-            // starts only at a request's first byte.)
+            // starts only once hyper-util has told which protocol it is.)
             let first_byte = async {
                 let tls = acceptor.accept(tcp).await?;
                 let mut tls = BufReader::with_capacity(FIRST_READ, tls);
                 tls.fill_buf().await?;
                 Ok::<_, io::Error>(tls)
             };
-            let tls = match tokio::time::timeout(limits.header_read_timeout, first_byte).await {
+            let tls = match tokio::time::timeout_at(first_request_by, first_byte).await {
                 Ok(Ok(tls)) if !tls.buffer().is_empty() => tls,
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => {
@@ -250,11 +261,7 @@ pub async fn serve_tls(
                 Some(_) => &builders.wide,
                 None => &builders.narrow,
             };
-            let drain = Drain {
-                started: drain_watch,
-                first_request_wait: limits.header_read_timeout,
-            };
-            if let Err(e) = serve_connection(builder, TokioIo::new(tls), service, drain).await {
+            if let Err(e) = serve_connection(builder, TokioIo::new(tls), service, first_request_by, drain_watch).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(wide);
@@ -263,51 +270,49 @@ pub async fn serve_tls(
     OpenConnections { draining }
 }
 
-/// When and how a connection closes for the drain.
-struct Drain {
-    /// Turns `true` when the drain starts.
-    started: watch::Receiver<bool>,
-    /// How long a connection whose first request has not reached the router
-    /// may take to send it once the drain started. hyper's own header timeout
-    /// ends an HTTP/1.1 connection first; an HTTP/2 connection that never
-    /// sends a request holds the drain this long, within its timeout.
-    first_request_wait: Duration,
-}
-
-/// Serves one connection until it ends. Once the drain starts and the
-/// connection's first request has reached the router (or
-/// `first_request_wait` is over), hyper is told to close it gracefully:
-/// HTTP/1.1 after the request in flight, HTTP/2 with a GOAWAY that lets the
-/// streams the client already sent finish.
+/// Serves one connection until it ends.
+///
+/// Until its first request reaches the router the connection is only
+/// served: it is closed at `first_request_by` (hyper-util's protocol
+/// detection has no timer of its own, and HTTP/2 none for a first request),
+/// and a drain waits for it. After that, once `draining` turns true (or the
+/// server is gone), hyper is told to close it gracefully: HTTP/1.1 after the
+/// request in flight, HTTP/2 with a GOAWAY that lets the streams the client
+/// already sent finish.
 async fn serve_connection<I>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
     service: TowerToHyperService<Router>,
-    mut drain: Drain,
+    first_request_by: Instant,
+    mut draining: watch::Receiver<bool>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let first_request = Arc::new(Notify::new());
     let noted = first_request.clone();
-    // One atomic operation per request: the permit stays until the drain asks.
+    // One atomic operation per request: the permit stays until it is taken.
     let service = service_fn(move |request| {
         noted.notify_one();
         service.call(request)
     });
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    let drain_reaches_here = async {
-        // A closed channel means the server is gone: close then too.
-        let _ = drain.started.wait_for(|started| *started).await;
-        let _ = tokio::time::timeout(drain.first_request_wait, first_request.notified()).await;
-    };
     tokio::select! {
-        // The connection first, so that a request already buffered is
-        // parsed before the drain is seen.
+        // The connection first, so that a request already buffered reaches
+        // the router before the deadline is looked at.
         biased;
         ended = connection.as_mut() => return ended,
-        () = drain_reaches_here => {}
+        () = first_request.notified() => {}
+        () = tokio::time::sleep_until(first_request_by) => {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no request within the header timeout").into());
+        }
+    }
+    tokio::select! {
+        biased;
+        ended = connection.as_mut() => return ended,
+        // An error: the server is gone; closing is right then too.
+        _ = draining.wait_for(|draining| *draining) => {}
     }
     connection.as_mut().graceful_shutdown();
     connection.await
@@ -334,41 +339,59 @@ mod tests {
     use hyper_util::service::TowerToHyperService;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
     use tokio::sync::watch;
+    use tokio::time::Instant;
 
-    use super::{AcceptLimits, Drain, NARROW, connection_builder, serve_connection};
+    use super::{AcceptLimits, NARROW, OpenConnections, connection_builder, serve_connection};
 
     const HEAD: &[u8] = b"POST /review HTTP/1.1\r\nhost: localhost\r\ncontent-length: 10\r\n\r\n";
 
     /// A connection served over an in-memory pipe, with the drain under the
-    /// test's control; returns the client's end.
-    fn served(draining: watch::Receiver<bool>) -> (DuplexStream, tokio::task::JoinHandle<bool>) {
+    /// test's control; returns the client's end and whether the connection
+    /// ended without an error.
+    fn served(
+        draining: watch::Receiver<bool>,
+        first_request_within: Duration,
+    ) -> (DuplexStream, tokio::task::JoinHandle<bool>) {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let router = Router::new().route(
             "/review",
             post(|body: String| async move { format!("read {}", body.len()) }),
         );
+        // hyper's own header timeout far beyond the test's deadlines.
         let limits = AcceptLimits {
-            header_read_timeout: Duration::from_secs(5),
+            header_read_timeout: Duration::from_secs(60),
             max_connections: 1,
         };
-        let drain = Drain {
-            started: draining,
-            first_request_wait: limits.header_read_timeout,
-        };
+        let first_request_by = Instant::now() + first_request_within;
         let ended = tokio::spawn(async move {
             let builder = connection_builder(limits, NARROW);
-            serve_connection(&builder, TokioIo::new(server), TowerToHyperService::new(router), drain)
+            let service = TowerToHyperService::new(router);
+            serve_connection(&builder, TokioIo::new(server), service, first_request_by, draining)
                 .await
                 .is_ok()
         });
         (client, ended)
     }
 
+    /// What the server sent until it closed the connection.
     async fn answer(client: &mut DuplexStream) -> String {
         let mut answer = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer)).await;
-        assert!(read.is_ok(), "the connection was closed");
+        assert!(read.is_ok(), "the connection was not closed");
         String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// One request on a kept-alive connection, answered.
+    async fn exchange(client: &mut DuplexStream) {
+        client.write_all(HEAD).await.unwrap();
+        client.write_all(b"0123456789").await.unwrap();
+        let mut answer = vec![0; 4096];
+        let read = client.read(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer[..read]);
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("read 10"),
+            "{answer}"
+        );
     }
 
     /// The failure of stop 45's CI: a request sent before SIGTERM, whose
@@ -377,7 +400,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_sent_before_the_drain_but_not_yet_read_is_answered() {
         let (_drain, draining) = watch::channel(true);
-        let (mut client, ended) = served(draining);
+        let (mut client, ended) = served(draining, Duration::from_secs(5));
         client.write_all(HEAD).await.unwrap();
         client.write_all(b"01234").await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -395,7 +418,7 @@ mod tests {
     #[tokio::test]
     async fn a_first_request_whose_head_arrives_during_the_drain_is_answered() {
         let (_drain, draining) = watch::channel(true);
-        let (mut client, ended) = served(draining);
+        let (mut client, ended) = served(draining, Duration::from_secs(5));
         let (start, rest) = HEAD.split_at(1);
         client.write_all(start).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -406,20 +429,44 @@ mod tests {
         assert!(ended.await.unwrap());
     }
 
-    /// Between requests the drain closes the connection at once: a
-    /// keep-alive connection does not hold the drain to its timeout.
+    /// Between requests the drain closes the connection at once, and the
+    /// drain is over when the last connection is: a keep-alive connection
+    /// does not hold it to its timeout.
     #[tokio::test]
-    async fn an_idle_connection_closes_when_the_drain_starts() {
-        let (drain, draining) = watch::channel(false);
-        let (mut client, ended) = served(draining);
-        client.write_all(HEAD).await.unwrap();
-        client.write_all(b"0123456789").await.unwrap();
-        let mut first = vec![0; 4096];
-        let read = client.read(&mut first).await.unwrap();
-        assert!(String::from_utf8_lossy(&first[..read]).ends_with("read 10"));
-        drain.send_replace(true);
-        let closed = tokio::time::timeout(Duration::from_secs(2), ended).await;
-        assert!(matches!(closed, Ok(Ok(true))), "{closed:?}");
+    async fn an_idle_connection_closes_when_the_drain_starts_and_the_drain_ends_with_it() {
+        let (draining, watch) = watch::channel(false);
+        let (mut client, ended) = served(watch, Duration::from_secs(5));
+        exchange(&mut client).await;
+        let open = OpenConnections { draining };
+        let drained = tokio::time::timeout(Duration::from_secs(2), open.drained()).await;
+        assert!(drained.is_ok(), "the drain waited for an idle connection");
+        assert!(ended.await.unwrap());
         assert_eq!(answer(&mut client).await, "", "closed with nothing more sent");
+    }
+
+    /// A connection that stalls before its first request reaches the router
+    /// is closed at the deadline, also in the middle of protocol detection
+    /// (one byte of a possible HTTP/2 preface), which has no timer of its own.
+    #[tokio::test]
+    async fn a_connection_without_a_first_request_in_time_is_closed() {
+        for stalled_after in [&b"P"[..], b"PRI * HTTP/2.0\r\n", b"POST /review HTTP/1.1\r\n"] {
+            let (_drain, draining) = watch::channel(false);
+            let (mut client, ended) = served(draining, Duration::from_millis(200));
+            client.write_all(stalled_after).await.unwrap();
+            assert_eq!(answer(&mut client).await, "", "{stalled_after:?}");
+            assert!(!ended.await.unwrap(), "ended with an error");
+        }
+    }
+
+    /// The deadline is for the first request only: a connection that
+    /// brought one in time is served past it.
+    #[tokio::test]
+    async fn a_connection_with_a_first_request_in_time_is_served_past_the_deadline() {
+        let (_drain, draining) = watch::channel(false);
+        let (mut client, ended) = served(draining, Duration::from_millis(100));
+        exchange(&mut client).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        exchange(&mut client).await;
+        assert!(!ended.is_finished());
     }
 }
