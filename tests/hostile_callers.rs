@@ -303,6 +303,35 @@ async fn idle_tls_connections_are_closed_within_the_header_timeout() {
     assert_eq!(status, 200);
 }
 
+/// The header timeout runs from the connection's accept, not from its
+/// handshake: a caller that handshakes late and then stalls is closed when
+/// the timeout after its accept is over (here 3 s), not 3 s after the
+/// handshake.
+#[tokio::test]
+async fn a_late_handshake_counts_against_the_first_requests_deadline() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, ca_pem, _) = started(dir.path(), &["--header-read-timeout", "3s"]).await;
+    let connector = tls_connector(&ca_pem, rustls::DEFAULT_VERSIONS);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.tls)).await.unwrap();
+    let connected = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    tls.write_all(b"P").await.unwrap();
+    tls.flush().await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(30), tls.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    let open_for = connected.elapsed();
+    // 3 s, and room for a debug build on a busy machine; counted from the
+    // handshake it would be 5 s.
+    assert!(
+        open_for >= Duration::from_millis(2900) && open_for < Duration::from_millis(4500),
+        "{open_for:?}"
+    );
+}
+
 /// HTTP/2 connections of the attack below, and the streams on each: as
 /// many as the server allows (`H2_MAX_STREAMS`).
 const H2_CONNECTIONS: usize = 200;

@@ -4,8 +4,9 @@
 //!
 //! A connection must bring its first request to the router within the
 //! header timeout of being accepted (TLS handshake, protocol detection and
-//! headers together), or it is closed: nothing before a request holds one
-//! of the `max_connections` slots for longer.
+//! headers together), or it is told to close and, a second later, closed:
+//! nothing before a request holds one of the `max_connections` slots for
+//! longer.
 //!
 //! The drain closes a connection between requests. A new connection's first
 //! request is served even when the drain started before hyper read it: the
@@ -78,8 +79,9 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// Limits of the accept loop.
 #[derive(Debug, Clone, Copy)]
 pub struct AcceptLimits {
-    /// Time allowed for a TLS handshake, the first byte of a request, and
-    /// (HTTP/1.1) its headers.
+    /// Time allowed from a connection's accept to its first request's
+    /// headers, TLS handshake included, and (HTTP/1.1, hyper's own timer)
+    /// from each answer to the next request's headers.
     pub header_read_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
@@ -270,15 +272,19 @@ pub async fn serve_tls(
     OpenConnections { draining }
 }
 
+/// How long a connection told to close for want of a first request has to
+/// go: enough for an HTTP/2 client to answer the GOAWAY's ping.
+const CLOSING_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves one connection until it ends.
 ///
 /// Until its first request reaches the router the connection is only
-/// served: it is closed at `first_request_by` (hyper-util's protocol
-/// detection has no timer of its own, and HTTP/2 none for a first request),
-/// and a drain waits for it. After that, once `draining` turns true (or the
-/// server is gone), hyper is told to close it gracefully: HTTP/1.1 after the
-/// request in flight, HTTP/2 with a GOAWAY that lets the streams the client
-/// already sent finish.
+/// served: at `first_request_by` it is told to close (hyper-util's protocol
+/// detection has no timer of its own, and HTTP/2 none for a first request)
+/// and cut [`CLOSING_GRACE`] later, and a drain waits for it. After that,
+/// once `draining` turns true (or the server is gone), hyper is told to
+/// close it gracefully: HTTP/1.1 after the request in flight, HTTP/2 with a
+/// GOAWAY that lets the streams the client already sent finish.
 async fn serve_connection<I>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -298,14 +304,28 @@ where
     });
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    tokio::select! {
+    let in_time = tokio::select! {
         // The connection first, so that a request already buffered reaches
         // the router before the deadline is looked at.
         biased;
         ended = connection.as_mut() => return ended,
-        () = first_request.notified() => {}
-        () = tokio::time::sleep_until(first_request_by) => {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "no request within the header timeout").into());
+        () = first_request.notified() => true,
+        () = tokio::time::sleep_until(first_request_by) => false,
+    };
+    if !in_time {
+        // Told, not cut: HTTP/2 gets a GOAWAY, so that a client that pooled
+        // the connection unused (Go's does) dials anew instead of failing a
+        // request on it, and a request that crossed the GOAWAY is answered.
+        // Protocol detection is cancelled at once; an HTTP/1.1 head still
+        // arriving gets the grace to finish.
+        connection.as_mut().graceful_shutdown();
+        tokio::select! {
+            biased;
+            ended = connection.as_mut() => return ended,
+            () = first_request.notified() => return connection.await,
+            () = tokio::time::sleep(CLOSING_GRACE) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no request within the header timeout").into());
+            }
         }
     }
     tokio::select! {
@@ -335,13 +355,13 @@ mod tests {
 
     use axum::Router;
     use axum::routing::post;
-    use hyper_util::rt::TokioIo;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
     use hyper_util::service::TowerToHyperService;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
     use tokio::sync::watch;
     use tokio::time::Instant;
 
-    use super::{AcceptLimits, NARROW, OpenConnections, connection_builder, serve_connection};
+    use super::{AcceptLimits, CLOSING_GRACE, NARROW, OpenConnections, connection_builder, serve_connection};
 
     const HEAD: &[u8] = b"POST /review HTTP/1.1\r\nhost: localhost\r\ncontent-length: 10\r\n\r\n";
 
@@ -445,17 +465,90 @@ mod tests {
     }
 
     /// A connection that stalls before its first request reaches the router
-    /// is closed at the deadline, also in the middle of protocol detection
-    /// (one byte of a possible HTTP/2 preface), which has no timer of its own.
+    /// is closed at the deadline (an HTTP/1.1 head still arriving, after the
+    /// grace), also in the middle of protocol detection (one byte of a
+    /// possible HTTP/2 preface), which has no timer of its own.
     #[tokio::test]
     async fn a_connection_without_a_first_request_in_time_is_closed() {
         for stalled_after in [&b"P"[..], b"PRI * HTTP/2.0\r\n", b"POST /review HTTP/1.1\r\n"] {
             let (_drain, draining) = watch::channel(false);
+            let started = Instant::now();
             let (mut client, ended) = served(draining, Duration::from_millis(200));
             client.write_all(stalled_after).await.unwrap();
             assert_eq!(answer(&mut client).await, "", "{stalled_after:?}");
+            assert!(
+                started.elapsed() >= Duration::from_millis(200),
+                "closed before the deadline"
+            );
             assert!(!ended.await.unwrap(), "ended with an error");
         }
+    }
+
+    /// The first request's headers are what must come in time: its body
+    /// may come after the deadline and its grace.
+    #[tokio::test]
+    async fn a_first_request_whose_body_comes_after_the_deadline_is_answered() {
+        let (_drain, draining) = watch::channel(false);
+        let (mut client, ended) = served(draining, Duration::from_millis(100));
+        client.write_all(HEAD).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100) + CLOSING_GRACE + Duration::from_millis(200)).await;
+        client.write_all(b"0123456789").await.unwrap();
+        let mut answer = vec![0; 4096];
+        let read = client.read(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer[..read]);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(!ended.is_finished());
+    }
+
+    /// An HTTP/2 client's connection: its request sender, and its driver,
+    /// which ends when the server closes the connection.
+    async fn http2_client(
+        io: DuplexStream,
+    ) -> (
+        hyper::client::conn::http2::SendRequest<String>,
+        tokio::task::JoinHandle<hyper::Result<()>>,
+    ) {
+        let (send, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+            .await
+            .unwrap();
+        (send, tokio::spawn(connection))
+    }
+
+    async fn http2_review(send: &mut hyper::client::conn::http2::SendRequest<String>) -> u16 {
+        let request = hyper::Request::post("http://localhost/review")
+            .body("0123456789".to_owned())
+            .unwrap();
+        send.send_request(request).await.unwrap().status().as_u16()
+    }
+
+    /// An HTTP/2 connection that sends no request in time (a client's pool
+    /// may hold one unused) is told to go with a GOAWAY, and closes cleanly,
+    /// rather than being cut under a request the client may be sending.
+    #[tokio::test]
+    async fn an_http2_connection_without_a_request_in_time_is_told_to_go() {
+        let (_drain, draining) = watch::channel(false);
+        let (client, ended) = served(draining, Duration::from_millis(200));
+        let (send, driver) = http2_client(client).await;
+        // Cut without a GOAWAY, the client's driver ends with a broken pipe.
+        let closed = tokio::time::timeout(Duration::from_secs(3), driver).await;
+        assert!(matches!(closed, Ok(Ok(Ok(())))), "{closed:?}");
+        assert!(send.is_closed());
+        // The server's side may end with a broken pipe of its own: the
+        // client closes on the GOAWAY while the server still writes.
+        assert!(tokio::time::timeout(Duration::from_secs(1), ended).await.is_ok());
+    }
+
+    /// An HTTP/2 connection whose first request came in time is served
+    /// past the deadline and its grace.
+    #[tokio::test]
+    async fn an_http2_connection_with_a_request_in_time_is_served_past_the_deadline() {
+        let (_drain, draining) = watch::channel(false);
+        let (client, ended) = served(draining, Duration::from_millis(100));
+        let (mut send, _driver) = http2_client(client).await;
+        assert_eq!(http2_review(&mut send).await, 200);
+        tokio::time::sleep(Duration::from_millis(100) + CLOSING_GRACE + Duration::from_millis(200)).await;
+        assert_eq!(http2_review(&mut send).await, 200);
+        assert!(!ended.is_finished());
     }
 
     /// The deadline is for the first request only: a connection that
