@@ -212,7 +212,12 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     )
     .await;
     eprintln!("the emptied webhook list was repaired in {:?}", emptied.elapsed());
-    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 409);
+    // The API server applies the configuration when its own informer has
+    // it, a moment after this test read it.
+    eventually(Duration::from_secs(5), "enforcing again", || async {
+        write_observed_generation(&s, &s.scaler, "w").await == 409
+    })
+    .await;
 
     // Removing the resource by hand releases it within seconds; adding it back guards it again.
     edit_configmap(&s, &without_widgets()).await;

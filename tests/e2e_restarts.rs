@@ -134,7 +134,12 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
         || async { registered(&s).await == vec![door.clone(), validate.clone()] },
     )
     .await;
-    assert_eq!(write_observed_generation(&s, &s.scaler).await, 409);
+    // The API server applies the configuration when its own informer has
+    // it, a moment after this test read it.
+    eventually(Duration::from_secs(5), "enforcing", || async {
+        write_observed_generation(&s, &s.scaler).await == 409
+    })
+    .await;
     let document_of = |name: &'static str| {
         let configmaps = configmaps.clone();
         async move {

@@ -414,21 +414,30 @@ mod tests {
         );
     }
 
+    /// A whole request sent in two parts, `split` bytes first, on a
+    /// connection whose drain started before it was accepted; what the
+    /// server answered.
+    async fn sent_in_two_parts_while_draining(split: usize) -> String {
+        let (_drain, draining) = watch::channel(true);
+        let (mut client, ended) = served(draining, Duration::from_secs(5));
+        let request = [HEAD, b"0123456789"].concat();
+        let (first, second) = request.split_at(split);
+        client.write_all(first).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(second).await.unwrap();
+        let answer = answer(&mut client).await;
+        assert!(ended.await.unwrap());
+        answer
+    }
+
     /// The failure of stop 45's CI: a request sent before SIGTERM, whose
     /// connection hyper had not read when the drain started, was closed
     /// unanswered (the client's next write: broken pipe).
     #[tokio::test]
     async fn a_request_sent_before_the_drain_but_not_yet_read_is_answered() {
-        let (_drain, draining) = watch::channel(true);
-        let (mut client, ended) = served(draining, Duration::from_secs(5));
-        client.write_all(HEAD).await.unwrap();
-        client.write_all(b"01234").await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        client.write_all(b"56789").await.unwrap();
-        let answer = answer(&mut client).await;
+        let answer = sent_in_two_parts_while_draining(HEAD.len() + 5).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.ends_with("read 10"), "{answer}");
-        assert!(ended.await.unwrap());
     }
 
     /// A caller that was still sending the first request's head when the
@@ -437,16 +446,8 @@ mod tests {
     /// detection, told to shut down then, would drop the connection.
     #[tokio::test]
     async fn a_first_request_whose_head_arrives_during_the_drain_is_answered() {
-        let (_drain, draining) = watch::channel(true);
-        let (mut client, ended) = served(draining, Duration::from_secs(5));
-        let (start, rest) = HEAD.split_at(1);
-        client.write_all(start).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        client.write_all(rest).await.unwrap();
-        client.write_all(b"0123456789").await.unwrap();
-        let answer = answer(&mut client).await;
+        let answer = sent_in_two_parts_while_draining(1).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        assert!(ended.await.unwrap());
     }
 
     /// Between requests the drain closes the connection at once, and the
