@@ -24,8 +24,9 @@
 //! the head is complete, for the plan. The members after the objects
 //! (`dryRun`, `options`) then complete that read
 //! ([`ReviewRequest::completed`], which takes the names of the head's
-//! members from the derive) instead of a second read of every member: 0.6 µs of a 6.7 µs
-//! denial of a 3 KB review (BENCHMARKS.md, "the request read once").
+//! members from the derive) instead of a second read of every member: 0.7
+//! µs of a 3 KB review's 7.0 µs denial (BENCHMARKS.md, "the request read
+//! once").
 
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
@@ -139,6 +140,14 @@ enum ObjectRead<'b> {
     First,
 }
 
+/// The plan the single pass made, with the request's head it made it from
+/// and how many members that head was read from.
+struct Planned<'b, 't> {
+    reading: Option<Reading<'t>>,
+    head: ReviewRequest<'b>,
+    members_read: usize,
+}
+
 /// The request's members other than the objects, as unparsed text.
 type Members<'b> = Vec<(Cow<'b, str>, &'b RawValue)>;
 
@@ -155,10 +164,8 @@ fn read_request<'b, 't>(
     // The API server sends about a dozen members.
     let mut members: Members<'b> = Vec::with_capacity(16);
     let (mut object, mut old_object) = (ObjectRead::Unseen, ObjectRead::Unseen);
-    // The plan, made once at the first object whose head is complete, and
-    // the request read then, with how many members it was read from.
-    let mut planned: Option<Option<Reading<'t>>> = None;
-    let mut head: Option<(usize, ReviewRequest<'b>)> = None;
+    // The plan, made once at the first object whose head is complete.
+    let mut planned: Option<Planned<'b, 't>> = None;
     // The first object projected, which the second is compared with.
     let mut first: Option<FirstObject<'b>> = None;
     cursor.object(|cursor, key| {
@@ -174,13 +181,16 @@ fn read_request<'b, 't>(
             return Err(Unread);
         }
         if planned.is_none()
-            && let Ok(request) = request_of(&members)
+            && let Ok(head) = request_of(&members)
         {
-            planned = Some(plan(&request.head()));
-            head = Some((members.len(), request));
+            planned = Some(Planned {
+                reading: plan(&head.head()),
+                head,
+                members_read: members.len(),
+            });
         }
-        *slot = match planned {
-            Some(Some(Reading { paths, writer, .. })) => {
+        *slot = match planned.as_ref().and_then(|p| p.reading) {
+            Some(Reading { paths, writer, .. }) => {
                 let (read, text) = read_object(cursor, (paths, writer), first.as_ref())?;
                 if first.is_some() {
                     ObjectRead::Projected(read)
@@ -196,10 +206,19 @@ fn read_request<'b, 't>(
     // The head read for the plan, completed with the members after the
     // objects (the API server's `dryRun` and `options`): its head is the
     // plan's. Else all the members read again.
-    let completed = head.and_then(|(count, request)| {
-        let (before, after) = members.split_at_checked(count)?;
-        request.completed(before, after)
-    });
+    let (made, completed) = match planned {
+        Some(Planned {
+            reading,
+            head,
+            members_read,
+        }) => (
+            Some(reading),
+            members
+                .split_at_checked(members_read)
+                .and_then(|(before, after)| head.completed(before, after)),
+        ),
+        None => (None, None),
+    };
     let mut request = match completed {
         Some(request) => request,
         None => {
@@ -209,7 +228,7 @@ fn read_request<'b, 't>(
             // A member after the objects that would have changed the plan
             // (a member order other than the API server's) is left to two
             // passes.
-            if let Some(made) = planned
+            if let Some(made) = made
                 && !Reading::same(made, plan(&request.head()))
             {
                 return Ok(None);
@@ -221,7 +240,7 @@ fn read_request<'b, 't>(
     // paths now, so that one pass answers what two passes answer in
     // every order. A status too deep for the bounded parse is left to
     // them, as are objects that all came before the head.
-    let planned = planned.flatten();
+    let planned = made.flatten();
     let reading = planned.map(|p| (p.paths, p.writer));
     let mut first = first.map(|f| f.read);
     let [object, old_object] = [object, old_object].map(|read| match read {

@@ -156,8 +156,8 @@ impl<'a> ReviewRequest<'a> {
             if std::mem::replace(&mut seen[at], true) {
                 return None;
             }
-            match at {
-                0 => self.dry_run = null_as_false(*value).ok()?,
+            match TAIL_MEMBERS[at] {
+                "dryRun" => self.dry_run = null_as_false(*value).ok()?,
                 _ => self.field_manager = field_manager_of(*value).ok()?,
             }
         }
