@@ -13,7 +13,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -56,18 +55,6 @@ async fn registered(s: &Scenario) -> (usize, Vec<u8>) {
     (hooks.len(), bundle)
 }
 
-/// Whether the webhooks enforce: the scaler writes a `observedGeneration`
-/// it does not own, and is refused. Each call writes a value not written
-/// before, so that a write let through while the API server had not yet
-/// seen the webhooks does not make the next one a no-op (allowed as such).
-async fn enforcing(s: &Scenario, generation: &AtomicI64) -> bool {
-    let next = generation.fetch_add(1, Ordering::Relaxed);
-    s.merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": next}}))
-        .await
-        .code
-        == 409
-}
-
 #[tokio::test]
 async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     let s = Scenario::new("e2e-gitops").await;
@@ -81,9 +68,8 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     let (a, b) = pod.start_two_ready((port_a, port_b), home.path()).await;
     s.create_widget("w", json!({"observedGeneration": 1, "replicas": 1}))
         .await;
-    let generation = AtomicI64::new(5);
     eventually(Duration::from_secs(30), "registered and enforcing", || async {
-        registered(&s).await.0 > 0 && enforcing(&s, &generation).await
+        registered(&s).await.0 > 0 && s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), NAMESPACE);
@@ -150,7 +136,10 @@ async fn a_forced_upgrade_is_repaired_within_seconds_with_the_same_ca() {
     );
     // The API server applies a webhook configuration when its own informer
     // has it, a moment after this test's watch: enforcing again within 5 s.
-    eventually(Duration::from_secs(5), "enforcing again", || enforcing(&s, &generation)).await;
+    eventually(Duration::from_secs(5), "enforcing again", || async {
+        s.write_observed_generation(&s.scaler, "w").await == 409
+    })
+    .await;
 
     // The emptied Secret holds the CA both replicas hold, and the caBundle
     // still trusts it.

@@ -86,16 +86,6 @@ async fn edit_configmap(s: &Scenario, document: &str) {
         .unwrap();
 }
 
-/// The scaler's merge patch of the controller's `observedGeneration`, to a
-/// value never written before: always a change.
-async fn scaler_takes_observed_generation(s: &Scenario) -> u16 {
-    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(100);
-    let value = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    s.merge_patch_status(&s.scaler, "w", json!({"status": {"observedGeneration": value}}))
-        .await
-        .code
-}
-
 /// Stays true for `period`: what an apply would have changed by then.
 async fn stays(period: Duration, what: &str, check: impl AsyncFn() -> bool) {
     let until = tokio::time::Instant::now() + period;
@@ -131,7 +121,7 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
     })
     .await;
     assert!(applied(&s).await.is_empty());
-    assert_eq!(scaler_takes_observed_generation(&s).await, 200);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 200);
     let metrics = server.metrics().await;
     assert_metric(&metrics, "statusguard_policies_registered", 0.0);
     assert_metric(&metrics, "statusguard_policy_syncs_total{result=\"waiting\"}", 1.0);
@@ -143,14 +133,14 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
     })
     .await;
     eventually(Duration::from_secs(30), "the API server enforces it", || async {
-        scaler_takes_observed_generation(&s).await == 403
+        s.write_observed_generation(&s.scaler, "w").await == 403
     })
     .await;
     assert_metric(&server.metrics().await, "statusguard_policies_registered", 1.0);
 
     // The server stopped: nothing waits on it.
     drop(server);
-    assert_eq!(scaler_takes_observed_generation(&s).await, 403);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 403);
     let own = s
         .merge_patch_status(&s.scaler, "w", json!({"status": {"replicas": 4}}))
         .await;
@@ -164,7 +154,7 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
         applied(&s).await == validating_pair()
     })
     .await;
-    assert_eq!(scaler_takes_observed_generation(&s).await, 403);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 403);
     edit_configmap(&s, &document("trim")).await;
     eventually(
         Duration::from_secs(30),
@@ -192,7 +182,7 @@ async fn the_policies_follow_the_live_document_and_need_no_server() {
     })
     .await;
     eventually(Duration::from_secs(30), "the API server stops enforcing", || async {
-        scaler_takes_observed_generation(&s).await == 200
+        s.write_observed_generation(&s.scaler, "w").await == 200
     })
     .await;
 

@@ -102,14 +102,6 @@ async fn impersonating(s: &Scenario, user: &str, groups: &[&str]) -> kube::Clien
 
 /// A merge patch of `observedGeneration` (the controller's field) by
 /// `who`, to a value never written before: always a change.
-async fn write_observed_generation(s: &Scenario, who: &kube::Client, name: &str) -> u16 {
-    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(100);
-    let value = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    s.merge_patch_status(who, name, json!({"status": {"observedGeneration": value}}))
-        .await
-        .code
-}
-
 #[tokio::test]
 async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let s = Scenario::new("e2e-registration").await;
@@ -159,7 +151,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     )
     .await;
     // Nothing is intercepted: the scaler may write the controller's field.
-    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 200);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 200);
 
     // Fixing the ConfigMap by hand registers the webhook; enforcement starts.
     edit_configmap(&s, &document("enforce")).await;
@@ -179,7 +171,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     .await;
     s.wait_until_called(&["endpoint=\"validate\""], || server.metrics())
         .await;
-    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 409);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 409);
     // The chart's ClusterRole lets the server read the Widget CRD: the rule
     // names its storage version, to which the API server converts the others.
     let hooks = Api::<ValidatingWebhookConfiguration>::all(s.admin.clone())
@@ -215,7 +207,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     // The API server applies the configuration when its own informer has
     // it, a moment after this test read it.
     eventually(Duration::from_secs(5), "enforcing again", || async {
-        write_observed_generation(&s, &s.scaler, "w").await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
 
@@ -224,7 +216,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     eventually(
         Duration::from_secs(30),
         "the scaler may write observedGeneration",
-        || async { write_observed_generation(&s, &s.scaler, "w").await == 200 },
+        || async { s.write_observed_generation(&s.scaler, "w").await == 200 },
     )
     .await;
     // The rules in force and the webhook configurations are applied apart:
@@ -236,7 +228,7 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     .await;
     edit_configmap(&s, &document("enforce")).await;
     eventually(Duration::from_secs(30), "the widgets are guarded again", || async {
-        write_observed_generation(&s, &s.scaler, "w").await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
 
@@ -244,16 +236,12 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     // the nodes never reach the webhook.
     drop(server);
     eventually(Duration::from_secs(30), "the scaler's write is refused", || async {
-        let code = write_observed_generation(&s, &s.scaler, "w").await;
+        let code = s.write_observed_generation(&s.scaler, "w").await;
         code != 200 && code != 409
     })
     .await;
-    assert_eq!(
-        write_observed_generation(&s, &breakglass, "w").await,
-        200,
-        "break-glass"
-    );
-    assert_eq!(write_observed_generation(&s, &node, "w").await, 200, "system:nodes");
+    assert_eq!(s.write_observed_generation(&breakglass, "w").await, 200, "break-glass");
+    assert_eq!(s.write_observed_generation(&node, "w").await, 200, "system:nodes");
 
     // An audit resource has Ignore: writable with statusguard down.
     let server = start().await;
@@ -269,14 +257,14 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     })
     .await;
     drop(server);
-    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 200, "Ignore");
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 200, "Ignore");
 
     // `statusguard unregister` as the pre-delete hook runs it, with a server
     // running: nothing left behind, and the server does not put it back.
     let server = start().await;
     edit_configmap(&s, &document("enforce")).await;
     eventually(Duration::from_secs(30), "enforce again", || async {
-        write_observed_generation(&s, &s.scaler, "w").await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
     release.run_pre_delete_hook(&pod.kubeconfig);
@@ -288,6 +276,6 @@ async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     assert!(mutating.get_opt(WEBHOOKS).await.unwrap().is_none());
     let metrics = server.metrics().await;
     assert_metric(&metrics, "statusguard_webhook_syncs_total{result=\"stood_down\"}", 1.0);
-    assert_eq!(write_observed_generation(&s, &s.scaler, "w").await, 200);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 200);
     drop(server);
 }

@@ -87,14 +87,6 @@ async fn apply_configmap(s: &Scenario, manifest: &serde_json::Value) -> Result<(
 
 /// A merge patch of `observedGeneration` (the controller's field) by
 /// `who`, to a value never written before: always a change.
-async fn write_observed_generation(s: &Scenario, who: &kube::Client) -> u16 {
-    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(100);
-    let value = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    s.merge_patch_status(who, "w", json!({"status": {"observedGeneration": value}}))
-        .await
-        .code
-}
-
 async fn invalid_ownership_events(s: &Scenario) -> Vec<String> {
     let events: Api<Event> = Api::namespaced(s.admin.clone(), NAMESPACE);
     let listed = events
@@ -137,7 +129,7 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     // The API server applies the configuration when its own informer has
     // it, a moment after this test read it.
     eventually(Duration::from_secs(5), "enforcing", || async {
-        write_observed_generation(&s, &s.scaler).await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
     let document_of = |name: &'static str| {
@@ -195,10 +187,10 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     )
     .await;
     eventually(Duration::from_secs(30), "enforced after the restart", || async {
-        write_observed_generation(&s, &s.scaler).await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
-    assert_eq!(write_observed_generation(&s, &s.controller).await, 200);
+    assert_eq!(s.write_observed_generation(&s.controller, "w").await, 200);
     eventually(
         Duration::from_secs(30),
         "an InvalidOwnership Event names the kept document",
@@ -219,7 +211,7 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     let server = start().await;
     server.wait_ready().await;
     eventually(Duration::from_secs(30), "enforced with no ConfigMap", || async {
-        write_observed_generation(&s, &s.scaler).await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
     eventually(
@@ -261,7 +253,7 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     // Longer than any re-apply after a change of the ConfigMap.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(registered(&s).await.is_empty(), "the re-sync did not undo the runbook");
-    assert_eq!(write_observed_generation(&s, &s.scaler).await, 200);
+    assert_eq!(s.write_observed_generation(&s.scaler, "w").await, 200);
     configmaps
         .patch(STATE, &PatchParams::default(), &Patch::Merge(switch(None)))
         .await
@@ -273,7 +265,7 @@ async fn the_last_valid_document_survives_restarts_and_bad_documents_are_refused
     })
     .await;
     eventually(Duration::from_secs(30), "enforced again", || async {
-        write_observed_generation(&s, &s.scaler).await == 409
+        s.write_observed_generation(&s.scaler, "w").await == 409
     })
     .await;
 

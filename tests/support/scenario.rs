@@ -90,6 +90,18 @@ impl Scenario {
         send(client, request).await
     }
 
+    /// A merge patch of `name`'s `observedGeneration` by `who`, to a value
+    /// never written before in this test binary: always a change, so that a
+    /// write let through once does not make the next one a no-op (allowed
+    /// as such). The status code.
+    pub async fn write_observed_generation(&self, who: &Client, name: &str) -> u16 {
+        static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(100);
+        let value = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.merge_patch_status(who, name, json!({"status": {"observedGeneration": value}}))
+            .await
+            .code
+    }
+
     pub async fn apply_status(&self, client: &Client, manager: &str, name: &str, status: Value) -> Written {
         let body =
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "status": status});
