@@ -394,9 +394,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Whatever was done to the Secret's parts, one step makes every part
-    /// usable again; it keeps the CA unless the CA's own pair was damaged;
-    /// and with a replica serving, neither what it serves nor what the
-    /// webhooks trust stops being trusted.
+    /// usable again; it keeps the CA unless the CA's own pair was damaged
+    /// or, with nothing damaged, the CA's rotation falls due at that moment
+    /// (the timeline writes its states every 5 s, so its CA can be a few
+    /// seconds into its last third); and with a replica serving, neither
+    /// what it serves nor what the webhooks trust stops being trusted.
     #[test]
     fn any_damage_is_repaired_in_one_step_without_a_moment_of_distrust(
         t in 0u64..1300,
@@ -421,13 +423,51 @@ proptest! {
         if let Step::Write(_, again) = next(Some(&after), Some(&after), &policy(), now).unwrap() {
             prop_assert!(!is_repair(&again), "{why}, then {again}");
         }
+        // A scheduled rotation is a healthy Secret's step, never a repair's,
+        // and it trusts the new CA beside the old one.
+        let rotated = why.starts_with("CA rotation: a new CA");
+        if rotated {
+            prop_assert!(parts.iter().all(|d| matches!(d, Damage::Kept)), "{}", why);
+            prop_assert!(after.ca_bundle.contains(good.ca_cert.trim_end()), "the old CA stays trusted: {}", why);
+        }
         let ca_pair = (parts[1], parts[2]);
-        if matches!(ca_pair, (Damage::Kept, Damage::Kept)) || (serving && matches!(ca_pair, (Damage::Emptied, Damage::Emptied))) {
+        if !rotated && (matches!(ca_pair, (Damage::Kept, Damage::Kept)) || (serving && matches!(ca_pair, (Damage::Emptied, Damage::Emptied)))) {
             prop_assert_eq!(&after.ca_cert, &good.ca_cert, "{}", why);
         }
         if serving {
             prop_assert!(trusted(&after.ca_bundle, &good.tls_cert, "statusguard.ns.svc", now), "what is served stays trusted: {}", why);
             prop_assert!(trusted(&good.ca_bundle, &after.tls_cert, "statusguard.ns.svc", now), "what the webhooks hold trusts what is served next: {}", why);
+        }
+    }
+}
+
+/// An undamaged Secret, at every second of the timeline, served or not:
+/// its one step is the policy's own (nothing, or the next step of a
+/// rotation or a renewal), never a repair, and it leaves every part usable
+/// and what was served trusted. The timeline writes its states every 5 s,
+/// so at some seconds its state is a step behind the policy.
+#[test]
+fn an_undamaged_secret_takes_only_the_policys_own_steps_at_every_second() {
+    for t in 0..1300 {
+        let good = state_at(t);
+        for in_hand in [None, Some(&good)] {
+            let now = at(t);
+            let after = match next(Some(&good), in_hand, &policy(), now).unwrap() {
+                Step::Write(after, why) => {
+                    assert!(!is_repair(&why), "at {t} s: {why}");
+                    *after
+                }
+                Step::Keep => good.clone(),
+            };
+            assert_usable(&after, now);
+            assert!(
+                trusted(&after.ca_bundle, &good.tls_cert, "statusguard.ns.svc", now),
+                "at {t} s: what is served stays trusted"
+            );
+            assert!(
+                trusted(&good.ca_bundle, &after.tls_cert, "statusguard.ns.svc", now),
+                "at {t} s: what the webhooks hold trusts what is served next"
+            );
         }
     }
 }
