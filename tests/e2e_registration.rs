@@ -100,8 +100,6 @@ async fn impersonating(s: &Scenario, user: &str, groups: &[&str]) -> kube::Clien
     kube::Client::try_from(config).unwrap()
 }
 
-/// A merge patch of `observedGeneration` (the controller's field) by
-/// `who`, to a value never written before: always a change.
 #[tokio::test]
 async fn the_webhooks_follow_the_live_document_and_fail_safe() {
     let s = Scenario::new("e2e-registration").await;

@@ -85,8 +85,6 @@ async fn apply_configmap(s: &Scenario, manifest: &serde_json::Value) -> Result<(
     .map(drop)
 }
 
-/// A merge patch of `observedGeneration` (the controller's field) by
-/// `who`, to a value never written before: always a change.
 async fn invalid_ownership_events(s: &Scenario) -> Vec<String> {
     let events: Api<Event> = Api::namespaced(s.admin.clone(), NAMESPACE);
     let listed = events
