@@ -112,6 +112,17 @@ impl ValueStarts for Starts {
             self.starts.push(at);
         }
     }
+
+    /// `None` once it has stopped noting: the items of a list are then
+    /// read alone, since no item's starts are there to read another against.
+    #[inline(always)]
+    fn noted(&self) -> Option<&[u32]> {
+        self.noting.then_some(self.starts.as_slice())
+    }
+
+    fn forget_from(&mut self, kept: usize) {
+        self.starts.truncate(kept);
+    }
 }
 
 /// The members of the object that is the whole of `text`, as the single
