@@ -17,11 +17,16 @@
 //!
 //! It is sound, not complete: where it answers, serde_json's `IgnoredAny`
 //! reads the same text to the same end; where it is unsure (a value nested
-//! deeper than [`MAX_DEPTH`]) or the text is not valid, it answers `None`,
-//! and the caller reads the value with serde_json, whose answer (and error)
-//! stands. A property test compares the two on arbitrary text.
+//! deeper than [`MAX_DEPTH`] in one read) or the text is not valid, it
+//! answers `None`, and the caller reads the value with serde_json, whose
+//! answer (and error) stands. A property test compares the two on
+//! arbitrary text.
 
-/// The deepest nesting it follows; deeper values are left to serde_json.
+/// The deepest nesting one read follows (its stack of open containers is
+/// one 64-bit word); deeper values are left to serde_json, whose skip has no
+/// depth limit of its own. A list read item by item ([`value_end_noting`])
+/// reads each item in a read of its own, so it may answer for a list whose
+/// items nest deeper than this: serde_json ends it at the same place.
 const MAX_DEPTH: u32 = 64;
 
 /// Bytes that end a string's plain run: `"`, `\` and the control
@@ -151,7 +156,11 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
                 end
             });
         let end = match against {
-            Some(end) => end,
+            Some(end) => {
+                #[cfg(test)]
+                ITEMS_READ_AGAINST.set(ITEMS_READ_AGAINST.get() + 1);
+                end
+            }
             None => nested_end(text, item, starts)?,
         };
         before = Some(((item, end), kept.unwrap_or(0)));
@@ -162,6 +171,12 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
             _ => return None,
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many items of a list were read against the item before them.
+    static ITEMS_READ_AGAINST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// [`value_end_noting`] without reading a list's items against each other.
@@ -329,8 +344,9 @@ fn value_end_against_noting<S: ValueStarts>(
         value_here_ends = match text.get(value_here)? {
             b'{' | b'[' => nested_end(text, value_here, starts)?,
             _ => {
+                let end = any_value_end(text, value_here)?;
                 starts.note(value_here);
-                any_value_end(text, value_here)?
+                end
             }
         };
         moved = noted + 1;
@@ -724,9 +740,22 @@ mod tests {
             )
         };
         let entries = |n: usize| (0..n).map(entry).collect::<Vec<_>>().join(",");
+        ITEMS_READ_AGAINST.set(0);
+        let text = format!("[{}]", entries(120));
+        let ((end, against), (_, alone)) = noted_both_ways(&text);
+        assert_eq!(end, Some(text.len()));
+        assert_eq!(against, alone);
+        assert_eq!(
+            ITEMS_READ_AGAINST.get(),
+            119,
+            "every entry after the first is read against the one before"
+        );
         for text in [
-            format!("[{}]", entries(120)),
             format!("[ {} ] ,", entries(300).replace(',', " , ")),
+            // White space before a value that differs; an item of another
+            // shape after a try that noted what is not a start.
+            r#"[{"a":1},{"a": 2},{"a" :3 }]"#.to_owned(),
+            "[[1,null],[],[1,null]]".to_owned(),
             // Items that differ in kind, in keys, in length, or not at all.
             r#"[{"a":1},{"b":1},{"a":[1,2]},{"a":[1,2,3]},{"a":"x"},{"a":{"b":null}},{"a":1},[1],[1],"s",2,{}]"#
                 .to_owned(),
@@ -739,6 +768,12 @@ mod tests {
             assert!(end.is_some(), "{text}");
             assert_eq!(against, alone, "{text}");
         }
+        // Items each nested as deep as one read follows: the list is
+        // deeper, and read to serde_json's end.
+        let deep = format!("{}1{}", "[".repeat(64), "]".repeat(64));
+        let text = format!("[{deep},{}]", deep.replace('1', "2"));
+        assert_eq!(value_end_noting(text.as_bytes(), 0, &mut Vec::new()), Some(text.len()));
+        assert_eq!(serde_end(&text), Some(text.len()));
         // Not JSON, in the first item or in one read against another.
         for text in [
             r#"[{"a":1},{"a":01}]"#,
