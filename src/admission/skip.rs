@@ -136,8 +136,7 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
     if text.get(item) == Some(&b']') {
         return Some(item + 1);
     }
-    // The item before, and the index of its first start among `starts`.
-    let mut before: Option<((usize, usize), usize)> = None;
+    let mut before: Option<ReadBefore> = None;
     // Items of other shapes are each tried, and read alone where they first
     // differ: about 10 % more than reading them alone (items of two shapes
     // in turn, or each with a key of its own; a timing loop in process).
@@ -146,7 +145,7 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
     loop {
         let kept = starts.noted().map(<[u32]>::len);
         let against = before
-            .filter(|&((start, _), _)| matches!(text.get(start), Some(b'{' | b'[')))
+            .filter(|before| matches!(text.get(before.start), Some(b'{' | b'[')))
             .zip(kept)
             .and_then(|(before, kept)| {
                 let end = value_end_against_noting(text, item, before, starts);
@@ -163,7 +162,11 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
             }
             None => nested_end(text, item, starts)?,
         };
-        before = Some(((item, end), kept.unwrap_or(0)));
+        before = Some(ReadBefore {
+            start: item,
+            end,
+            noted: kept.unwrap_or(0),
+        });
         let after = past_space(text, end);
         match *text.get(after)? {
             b',' => item = past_space(text, after + 1),
@@ -177,6 +180,16 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
 thread_local! {
     /// How many items of a list were read against the item before them.
     static ITEMS_READ_AGAINST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A value read before the one read against it: its span in the text, and
+/// the index among the noted starts of its first start (or of the first
+/// start after it, if it has none).
+#[derive(Debug, Clone, Copy)]
+struct ReadBefore {
+    start: usize,
+    end: usize,
+    noted: usize,
 }
 
 /// [`value_end_noting`] without reading a list's items against each other.
@@ -279,24 +292,28 @@ fn nested_end(text: &[u8], mut at: usize, starts: &mut impl ValueStarts) -> Opti
 /// `lastTransitionTime` in each of 256 conditions of a Gateway API route)
 /// is the case it is for.
 pub(crate) fn value_end_against(text: &[u8], at: usize, first: (usize, usize), starts: &[u32]) -> Option<usize> {
-    let first_noted = starts.partition_point(|&start| (start as usize) < first.0);
-    value_end_against_noting(text, at, (first, first_noted), &mut NotedBefore(starts))
+    let (start, end) = first;
+    let noted = starts.partition_point(|&noted| (noted as usize) < start);
+    value_end_against_noting(text, at, ReadBefore { start, end, noted }, &mut NotedBefore(starts))
 }
 
 /// [`value_end_against`], `first`'s starts those `starts` noted before it,
 /// noting in `starts` where the values of the value read here start, as
 /// [`value_end_noting`] would note them: `first`'s, moved to their place
 /// here, where the two are the same bytes, and the start of each value
-/// read alone. `first_noted` is the index of `first`'s first start in
-/// `starts` (or of the first after it, if it has none). Where it answers
-/// `None`, what it noted is no use.
+/// read alone. Where it answers `None`, what it noted is no use.
 #[inline(always)]
 fn value_end_against_noting<S: ValueStarts>(
     text: &[u8],
     at: usize,
-    ((first_start, first_end), first_noted): ((usize, usize), usize),
+    first: ReadBefore,
     starts: &mut S,
 ) -> Option<usize> {
+    let ReadBefore {
+        start: first_start,
+        end: first_end,
+        noted: first_noted,
+    } = first;
     let first_text = text.get(..first_end)?;
     let (mut here, mut there) = (past_space(text, at), first_start);
     // Where the last value read here ended (before the white space after it).
@@ -763,7 +780,7 @@ mod tests {
             "[[1,2],[1,2],[3,4],[[5]],[]]".to_owned(),
         ] {
             let ((end, against), (alone_end, alone)) = noted_both_ways(&text);
-            assert_eq!(end, value_end(text.as_bytes(), 0), "{text}");
+            assert_eq!(end, serde_end(&text), "{text}");
             assert_eq!(end, alone_end, "{text}");
             assert!(end.is_some(), "{text}");
             assert_eq!(against, alone, "{text}");
@@ -871,7 +888,6 @@ mod tests {
             // Where the items are what serde_json writes, it answers.
             if cuts.iter().all(|(.., changed)| !changed) {
                 prop_assert_eq!(end, Some(text.len() - 1));
-                prop_assert_eq!(against, alone);
             }
         }
 
