@@ -112,10 +112,10 @@ pub(crate) fn value_end(text: &[u8], at: usize) -> Option<usize> {
 /// status's long lists (endpoints, addresses, per-shard states) have the
 /// same members, and differ in a few values each. An endpoint entry such as
 /// `{"ip":"10.1.0.7","port":8080,"ready":true,"zone":"a"}` is then two
-/// comparisons of bytes and one string read, not thirteen tokens: the
-/// fixture's 120 entries in 2.4-2.6 µs instead of 4.1 µs, 24 conditions
-/// with 200-byte messages in 0.8 µs instead of 2.0 µs (a timing loop in
-/// process; BENCHMARKS.md, "items read against the item before"). The
+/// comparisons of bytes and one string read, not thirteen tokens: an 844 KB
+/// review whose owned list of such entries did not change is denied in
+/// 63-70 % of the time (`cargo bench --bench decision -- "endpoints
+/// owned"`; BENCHMARKS.md, "items read against the item before"). The
 /// starts of an item read so are noted as a read of it alone would note
 /// them, so that the object read second is read against the first just as
 /// well.
@@ -138,10 +138,9 @@ fn list_end_noting(text: &[u8], at: usize, starts: &mut impl ValueStarts) -> Opt
     }
     let mut before: Option<ReadBefore> = None;
     // Items of other shapes are each tried, and read alone where they first
-    // differ: about 10 % more than reading them alone (items of two shapes
-    // in turn, or each with a key of its own; a timing loop in process).
-    // Giving up after a failed try cost the alike items 10-25 % more, from
-    // how the loop compiled: measured, not kept.
+    // differ: more work than reading them alone (10-15 % in a rough timing
+    // loop, BENCHMARKS.md). Giving up after a failed try made the alike
+    // items slower in the same loop, so every item is tried.
     loop {
         let kept = starts.noted().map(<[u32]>::len);
         let against = before
