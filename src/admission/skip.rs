@@ -114,7 +114,7 @@ pub(crate) fn value_end(text: &[u8], at: usize) -> Option<usize> {
 /// `{"ip":"10.1.0.7","port":8080,"ready":true,"zone":"a"}` is then two
 /// comparisons of bytes and one string read, not thirteen tokens: an 844 KB
 /// review whose owned list of such entries did not change is denied in
-/// 63-70 % of the time (`cargo bench --bench decision -- "endpoints
+/// 64-70 % of the time (`cargo bench --bench decision -- "endpoints
 /// owned"`; BENCHMARKS.md, "items read against the item before"). The
 /// starts of an item read so are noted as a read of it alone would note
 /// them, so that the object read second is read against the first just as
