@@ -295,17 +295,74 @@ impl<'b> Cursor<'b> {
     }
 
     /// Moves to `at` and past the value there, validated as
-    /// [`Cursor::skip`] validates it, read against `first` as
+    /// [`Cursor::skip`] validates it, read against `first` (if any) as
     /// [`Cursor::skip_against`] reads it: its text. `None`, the cursor where
     /// it was, where the text there is not a value.
-    pub(crate) fn skip_at(&mut self, at: usize, first: &str) -> Option<&'b str> {
+    pub(crate) fn skip_at(&mut self, at: usize, first: Option<&str>) -> Option<&'b str> {
         let was = self.at;
         self.at = at;
-        let skipped = self.skip_against(Some(first)).ok();
+        let skipped = self.skip_against(first).ok();
         if skipped.is_none() {
             self.at = was;
         }
         skipped
+    }
+
+    /// The position here, white space not skipped.
+    pub(crate) fn here(&self) -> usize {
+        self.at
+    }
+
+    /// How many starts are noted: [`Cursor::forget_starts_from`] forgets
+    /// those noted after.
+    pub(crate) fn starts_noted(&self) -> usize {
+        self.starts.starts.len()
+    }
+
+    /// Forgets the starts noted after the first `kept`.
+    pub(crate) fn forget_starts_from(&mut self, kept: usize) {
+        self.starts.forget_from(kept);
+    }
+
+    /// The text at `to` of `from`, a value of this text read before (while
+    /// noting, if noting now) whose bytes are known to be at `to` too, past
+    /// every position noted so far: the value at `to`, taken unread, its
+    /// starts noted as [`Cursor::note_moved`] notes them. The cursor does
+    /// not move.
+    pub(crate) fn moved(&mut self, from: &str, to: usize) -> Option<&'b str> {
+        let there = self.text_at(to, from.len())?;
+        debug_assert_eq!(there, from, "moved only to the same bytes");
+        self.note_moved(from, to);
+        Some(there)
+    }
+
+    /// The `len` bytes of this text at `to`, if they are there.
+    pub(crate) fn text_at(&self, to: usize, len: usize) -> Option<&'b str> {
+        self.text.get(to..to.checked_add(len)?)
+    }
+
+    /// Where noting, notes again the starts noted inside `from` (a slice of
+    /// this text read before) moved to `to`, past every position noted so
+    /// far, where the same bytes are: as a read of them would note them
+    /// (the same bytes hold the same values).
+    pub(crate) fn note_moved(&mut self, from: &str, to: usize) {
+        let Some((start, end)) = span_in(self.text, from).filter(|_| self.starts.noting) else {
+            return;
+        };
+        // What is moved was most often read just before: its starts are
+        // among the last, found from the end in steps that double.
+        let noted = &self.starts.starts;
+        let mut back = 8;
+        let mut low = noted.len().saturating_sub(back);
+        while low > 0 && noted[low] as usize >= start {
+            back *= 2;
+            low = noted.len().saturating_sub(back);
+        }
+        let mut index = low + noted[low..].partition_point(|&noted| (noted as usize) < start);
+        while let Some(&at) = self.starts.starts.get(index).filter(|&&at| (at as usize) < end) {
+            self.starts.note(at as usize - start + to);
+            index += 1;
+        }
     }
 
     /// Moves past `text` if the text here (white space included) starts

@@ -561,7 +561,7 @@ fn read_items<'b>(
 ) -> Result<(Captured<'b>, &'b str, Vec<ItemText<'b>>), Unread> {
     let start = cursor.start();
     let capacity = first.map_or(16, |(_, items)| items.len());
-    let (mut items, mut texts) = (
+    let (mut items, mut texts): (Vec<Option<CapturedItem<'b>>>, Vec<ItemText<'b>>) = (
         Vec::with_capacity(capacity),
         Vec::with_capacity(if kept { capacity } else { 0 }),
     );
@@ -577,13 +577,47 @@ fn read_items<'b>(
                 item.clone()
             }
             (None, first_item) => {
-                let first_members = first_item.and_then(|(text, item)| {
-                    let members = item.as_ref().map(CapturedItem::members).or(text.unread.as_ref())?;
-                    Some((members, text.text, alike))
-                });
+                let against = match first_item {
+                    Some((text, item)) => {
+                        item.as_ref()
+                            .map(CapturedItem::members)
+                            .or(text.unread.as_ref())
+                            .map(|members| ReadAgainst {
+                                members,
+                                text: text.text,
+                                alike,
+                                before: false,
+                            })
+                    }
+                    // In the object read first, the item before this one:
+                    // a list's items are often alike (a condition's members
+                    // in the same order, its time and generation those of
+                    // the item before), and the bytes alike are not read
+                    // again.
+                    None if first.is_none() => index.checked_sub(1).and_then(|previous| {
+                        let text = texts.get(previous)?;
+                        let members = items
+                            .get(previous)?
+                            .as_ref()
+                            .map(CapturedItem::members)
+                            .or(text.unread.as_ref())?;
+                        let alike = cursor.common_prefix(text.text);
+                        // Only where the bytes alike hold a member's value
+                        // whole: else the item is read as it would be alone,
+                        // at no more cost than this look.
+                        let (_, first_end) = span_in(text.text, members.first()?.1)?;
+                        (first_end < alike).then_some(ReadAgainst {
+                            members,
+                            text: text.text,
+                            alike,
+                            before: true,
+                        })
+                    }),
+                    None => None,
+                };
                 let ((item, text), spent) = spending(|| {
                     let start = cursor.start();
-                    let item = read_item(cursor, reading, first_members)?;
+                    let item = read_item(cursor, reading, against)?;
                     Ok((item, cursor.since(start)))
                 })?;
                 let (item, unread) = match item {
@@ -607,37 +641,62 @@ fn read_items<'b>(
     Ok((Captured::Items(items), cursor.since(start), texts))
 }
 
+/// An item read before that the item here is read against.
+#[derive(Debug, Clone, Copy)]
+struct ReadAgainst<'a, 'b> {
+    /// Its members, each a key and its value's text (a slice of `text`).
+    members: &'a ItemMembers<'b>,
+    text: &'b str,
+    /// How many bytes of `text` the item here starts with.
+    alike: usize,
+    /// `false`: the first object's item at this index, read by the object
+    /// read second, which takes the first's members as they are. `true`:
+    /// the item before this one in the object read first; what is taken
+    /// from it is moved here ([`Cursor::moved`]), so that each member is
+    /// this item's own text, its starts noted as a read would note them
+    /// for the object read second, and a value that differs is read alone
+    /// (noted), not against it.
+    before: bool,
+}
+
 /// An item of a list read item by item, read as `ListItem` reads it: an
 /// object's members (captured, or given back where its key is not read),
 /// `None` for anything else. Each member's value is moved past with
 /// [`Cursor::skip`] (the first object's items are most of what the single
 /// pass validates, member by member); a member whose key and text are those
-/// of the first object's item's member at its place is taken by text.
+/// of `against`'s member at its place is taken by text.
 ///
-/// In the object read second, `first` is the first object's item at this
-/// index: its members, its text, and how many bytes of that text this item
-/// starts with. The members before the first difference are taken unread,
-/// and where it lies in a member's value, that value is read alone
-/// ([`read_to_difference`]); an item that differs from the first's only
-/// there is then read.
+/// `against` is the first object's item at this index (in the object read
+/// second) or the item before this one (in the object read first). The
+/// members before the first difference from it are taken unread, and where
+/// it lies in a member's value, that value is read alone
+/// ([`read_to_difference`]); an item that differs only there is then read.
 fn read_item<'b>(
     cursor: &mut Cursor<'b>,
     (keyed, writer): (&KeyedItems, Option<usize>),
-    first: Option<(&ItemMembers<'b>, &'b str, usize)>,
+    against: Option<ReadAgainst<'_, 'b>>,
 ) -> Result<ItemRead<'b>, Unread> {
     if cursor.peek() != Some(b'{') {
         return Ok(cursor.value(ListItem(keyed, writer))?.0);
     }
-    let first_members: &[(Cow<'b, str>, &'b str)] = first.map_or(&[], |(members, _, _)| members.as_slice());
+    let first_members: &[(Cow<'b, str>, &'b str)] = against.map_or(&[], |against| against.members.as_slice());
+    let before = against.is_some_and(|against| against.before);
     // A condition has six members.
     let mut members: ItemMembers<'b> = Vec::with_capacity(first_members.len().max(8));
-    let read_to = match first {
-        Some(first) => read_to_difference(cursor, first, &mut members)?,
+    let read_to = match against {
+        Some(against) => read_to_difference(cursor, against, &mut members)?,
         None => ReadTo::Start,
     };
     let member = |cursor: &mut Cursor<'b>, key: Cow<'b, str>| {
         spend_on_member::<serde_json::Error>(&key)?;
         let raw = match first_members.get(members.len()) {
+            Some((first_key, raw)) if *first_key == key && before => {
+                let at = cursor.start();
+                match cursor.same(raw) {
+                    true => cursor.moved(raw, at).ok_or(Unread)?,
+                    false => cursor.skip()?,
+                }
+            }
             Some((first_key, raw)) if *first_key == key => match cursor.same(raw) {
                 true => *raw,
                 false => cursor.skip_against(Some(raw))?,
@@ -667,56 +726,119 @@ enum ReadTo {
     End,
 }
 
-/// Reads the item here into `read` as far as its text tells, against the
-/// first object's item at its index (`first`: its members, its text, and
-/// how many bytes of that text the text here starts with).
+/// Reads the item here into `read` as far as its text tells, against
+/// `against` (see [`ReadAgainst`]).
 ///
 /// The members whose values end before the first difference (with the byte
-/// after them) are the first's: taken unread. Where the difference lies in
+/// after them) are `against`'s: taken unread. Where the difference lies in
 /// the next member's value (never in a key or between members), that value
 /// is read, validated ([`ReadTo::Member`]); and where the text after it is
-/// the first item's text after that member's value, to the item's end,
-/// the members after it are the first's too ([`ReadTo::End`]): the common
-/// way a controller's write changes an item (an `observedGeneration`, a
-/// status, a time). Else nothing is read ([`ReadTo::Start`]).
+/// `against`'s text after that member's value, to the item's end, the
+/// members after it are taken too ([`ReadTo::End`]): the common way a
+/// controller's write changes an item (an `observedGeneration`, a status, a
+/// time), and the way one condition differs from the one before it (its
+/// type). Against the item before, an item whose every member is alike is
+/// taken whole the same way. Else nothing is read ([`ReadTo::Start`]).
 fn read_to_difference<'b>(
     cursor: &mut Cursor<'b>,
-    (members, text, alike): (&ItemMembers<'b>, &'b str, usize),
+    against: ReadAgainst<'_, 'b>,
     read: &mut ItemMembers<'b>,
 ) -> Result<ReadTo, Unread> {
-    // Where each member's value lies in the first item's text (all of them
-    // do, from the first object's read).
+    let ReadAgainst {
+        members,
+        text,
+        alike,
+        before,
+    } = against;
+    // Where each member's value lies in `against`'s text (all of them do,
+    // from its own read).
     let span = |raw: &str| span_in(text, raw);
     // The first member whose value does not end before the difference.
-    let Some(changed) = members
+    let changed = members
         .iter()
         .position(|(_, raw)| span(raw).is_none_or(|(_, end)| end >= alike))
-    else {
-        return Ok(ReadTo::Start);
-    };
-    let Some((value_at, value_end)) = span(members[changed].1).filter(|&(at, _)| at <= alike) else {
-        return Ok(ReadTo::Start);
+        .unwrap_or(members.len());
+    let changed_value = match members.get(changed) {
+        Some((_, raw)) => match span(raw).filter(|&(at, _)| at <= alike) {
+            Some(value) => Some(value),
+            None => return Ok(ReadTo::Start),
+        },
+        // Every member alike: only against the item before (the first
+        // object's item alike to its end is taken whole before this).
+        None if before && !members.is_empty() => None,
+        None => return Ok(ReadTo::Start),
     };
     let start = cursor.start();
-    let Some(value) = cursor.skip_at(start + value_at, members[changed].1) else {
-        return Ok(ReadTo::Start);
+    let noted = cursor.starts_noted();
+    // Where each member before the one read here lies: against the item
+    // before, this item's own text, whose starts (those in the item before,
+    // moved) are noted before the value read here notes its own.
+    let before_value = changed_value.map_or_else(
+        || members.last().and_then(|(_, raw)| span(raw)),
+        |(at, _)| Some((at, at)),
+    );
+    if before {
+        cursor.note_moved(&text[..before_value.map_or(0, |(_, end)| end)], start);
+    }
+    // A member taken: here, where it is in `against`'s text `+ base - less`.
+    let take = |cursor: &Cursor<'b>, raw: &'b str, (base, less): (usize, usize)| match before {
+        true => {
+            let here = cursor.text_at((span(raw)?.0 + base).checked_sub(less)?, raw.len())?;
+            debug_assert_eq!(here, raw, "taken only where the same bytes are");
+            Some(here)
+        }
+        false => Some(raw),
     };
     for (key, raw) in &members[..changed] {
-        spend_on_member::<serde_json::Error>(key)?;
+        let Some(raw) = take(cursor, raw, (start, 0)) else {
+            read.clear();
+            cursor.forget_starts_from(noted);
+            return Ok(ReadTo::Start);
+        };
         read.push((key.clone(), raw));
     }
-    let changed_key = &members[changed].0;
-    spend_on_member::<serde_json::Error>(changed_key)?;
-    read.push((changed_key.clone(), value));
+    // Where the text left to take starts in `against`'s, and how many
+    // members were read here.
+    let (read_to, read_here) = match changed_value {
+        Some((value_at, value_end)) => {
+            let first = (!before).then_some(members[changed].1);
+            let Some(value) = cursor.skip_at(start + value_at, first) else {
+                read.clear();
+                cursor.forget_starts_from(noted);
+                return Ok(ReadTo::Start);
+            };
+            read.push((members[changed].0.clone(), value));
+            (value_end, 1)
+        }
+        None => {
+            let last_end = before_value.map(|(_, end)| end);
+            let Some(last_end) = last_end.filter(|&end| cursor.take_text(&text[..end])) else {
+                read.clear();
+                cursor.forget_starts_from(noted);
+                return Ok(ReadTo::Start);
+            };
+            (last_end, 0)
+        }
+    };
+    for (key, _) in read.iter() {
+        spend_on_member::<serde_json::Error>(key)?;
+    }
     count_taken(changed);
-    if !cursor.take_text(&text[value_end..]) {
+    let after = cursor.here();
+    if !cursor.take_text(&text[read_to..]) {
         return Ok(ReadTo::Member);
     }
-    for (key, raw) in &members[changed + 1..] {
+    if before {
+        cursor.note_moved(&text[read_to..], after);
+    }
+    let rest = members.get(changed + read_here..).unwrap_or_default();
+    for (key, raw) in rest {
         spend_on_member::<serde_json::Error>(key)?;
+        // As far past the value read here as past its end in `against`.
+        let raw = take(cursor, raw, (after, read_to)).ok_or(Unread)?;
         read.push((key.clone(), raw));
     }
-    count_taken(members.len() - changed - 1);
+    count_taken(rest.len());
     Ok(ReadTo::End)
 }
 
@@ -815,7 +937,16 @@ mod tests {
             let alike = cursor.common_prefix(first);
             let mut got = Vec::new();
             assert_eq!(
-                read_to_difference(&mut cursor, (&members, first, alike), &mut got),
+                read_to_difference(
+                    &mut cursor,
+                    ReadAgainst {
+                        members: &members,
+                        text: first,
+                        alike,
+                        before: false
+                    },
+                    &mut got
+                ),
                 Ok(read_to),
                 "{second}"
             );

@@ -408,9 +408,9 @@ fn any_value_end(text: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-/// How many bytes `a` and `b` start with alike: sixteen at a time, then
-/// byte by byte (what is compared are values of a status, hundreds of
-/// bytes).
+/// How many bytes `a` and `b` start with alike: sixteen at a time, the
+/// last few in one compare that overlaps bytes known alike (what is
+/// compared are values of a status, tens to hundreds of bytes).
 pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let len = a.len().min(b.len());
     let mut at = 0;
@@ -423,6 +423,40 @@ pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
             return at + differ.trailing_zeros() as usize / 8;
         }
         at += 16;
+    }
+    // The last few bytes: the last 16 (or 8) compared again, overlapping
+    // bytes known alike, rather than one at a time.
+    if let (Some(x), Some(y)) = (a.get(len.wrapping_sub(16)..len), b.get(len.wrapping_sub(16)..len)) {
+        let mut words = [[0; 16]; 2];
+        words[0].copy_from_slice(x);
+        words[1].copy_from_slice(y);
+        let differ = u128::from_le_bytes(words[0]) ^ u128::from_le_bytes(words[1]);
+        return len - 16
+            + if differ == 0 {
+                16
+            } else {
+                differ.trailing_zeros() as usize / 8
+            };
+    }
+    if let (Some(x), Some(y)) = (a.get(len.wrapping_sub(8)..len), b.get(len.wrapping_sub(8)..len)) {
+        let mut words = [[0; 8]; 2];
+        words[0].copy_from_slice(x);
+        words[1].copy_from_slice(y);
+        let differ = u64::from_le_bytes(words[0]) ^ u64::from_le_bytes(words[1]);
+        // Below 16 bytes in all: none compared yet, so the first 8 first.
+        let mut head = [[0; 8]; 2];
+        head[0].copy_from_slice(&a[..8]);
+        head[1].copy_from_slice(&b[..8]);
+        let head = u64::from_le_bytes(head[0]) ^ u64::from_le_bytes(head[1]);
+        if head != 0 {
+            return head.trailing_zeros() as usize / 8;
+        }
+        return len - 8
+            + if differ == 0 {
+                8
+            } else {
+                differ.trailing_zeros() as usize / 8
+            };
     }
     while at < len && a[at] == b[at] {
         at += 1;
@@ -835,6 +869,20 @@ mod tests {
         ) {
             let expected = text.iter().skip(at).position(|&b| b < 0x20 || b == b'"' || b == b'\\').map(|i| at + i);
             prop_assert_eq!(plain_run_end(&text, at), expected);
+        }
+
+        #[test]
+        fn a_common_prefix_is_counted_to_the_first_byte_that_differs(
+            a in prop::collection::vec(prop::sample::select(vec![b'a', b'b']), 0..70),
+            b in prop::collection::vec(prop::sample::select(vec![b'a', b'b']), 0..70),
+            shared in 0usize..70,
+        ) {
+            // Mostly alike, as the texts compared are.
+            let mut b = b;
+            let shared = shared.min(a.len()).min(b.len());
+            b[..shared].copy_from_slice(&a[..shared]);
+            let expected = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            prop_assert_eq!(common_prefix(&a, &b), expected);
         }
 
         /// Read against a value serde_json wrote, a text made of it with
