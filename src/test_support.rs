@@ -109,3 +109,66 @@ pub(crate) fn with_null_members(value: &Value) -> Value {
         other => other.clone(),
     }
 }
+
+/// The members condition items alike are made of (see [`alike_items`]):
+/// keys and their values' text, a key at times twice.
+pub(crate) fn alike_item_members() -> impl Strategy<Value = Vec<(&'static str, &'static str)>> {
+    let key = prop::sample::select(vec!["status", "reason", "message", "observedGeneration"]);
+    prop::collection::vec((key, alike_value()), 0..5)
+}
+
+fn alike_value() -> impl Strategy<Value = &'static str> + Clone {
+    prop::sample::select(vec![
+        r#""True""#,
+        r#""False""#,
+        "1",
+        "12",
+        "1.5",
+        "null",
+        r#"{"a":[1,{"b":"c"}]}"#,
+        r#"{"a":[1,{"b":"d"}],"e":[]}"#,
+        "[]",
+        r#""m""#,
+        r#""mé""#,
+        r#""\u0041""#,
+    ])
+}
+
+/// A list of condition items alike, as text: each item `members` with its
+/// type and up to two values changed or added, the type anywhere among
+/// them; white space after a colon, a comma, `{` or an item, or before `}`,
+/// or none; now and then an item that is not an object or is empty.
+pub(crate) fn alike_items(members: Vec<(&'static str, &'static str)>) -> impl Strategy<Value = String> {
+    let kind = prop::sample::select(vec!["Ready", "Scaled", "Other", "Healthy", "Re\\u0061dy"]);
+    let item = (
+        kind,
+        0..6usize,
+        prop::collection::vec((0..6usize, alike_value()), 0..3),
+        any::<u8>(),
+    );
+    prop::collection::vec(item, 0..7).prop_map(move |items| {
+        let items: Vec<String> = items
+            .into_iter()
+            .map(|(kind, type_at, changes, spacing)| {
+                match spacing {
+                    0..=7 => return "{}".to_owned(),
+                    8..=15 => return "[1]".to_owned(),
+                    _ => {}
+                }
+                let mut item: Vec<(&str, String)> = members.iter().map(|(k, v)| (*k, v.to_string())).collect();
+                for (at, value) in changes {
+                    match item.get_mut(at) {
+                        Some(member) => member.1 = value.to_owned(),
+                        None => item.push(("extra", value.to_owned())),
+                    }
+                }
+                item.insert(type_at.min(item.len()), ("type", format!("\"{kind}\"")));
+                let space = |bit: u8| if spacing & (1 << bit) != 0 { " " } else { "" };
+                let (colon, comma, open, close, after) = (space(2), space(3), space(4), space(5), space(6));
+                let item: Vec<String> = item.iter().map(|(k, v)| format!("\"{k}\":{colon}{v}")).collect();
+                format!("{{{open}{}{close}}}{after}", item.join(&format!(",{comma}")))
+            })
+            .collect();
+        format!("[{}]", items.join(","))
+    })
+}

@@ -319,6 +319,12 @@ impl<'b> Cursor<'b> {
         self.starts.starts.len()
     }
 
+    /// The starts noted so far.
+    #[cfg(test)]
+    pub(crate) fn starts(&self) -> &[u32] {
+        &self.starts.starts
+    }
+
     /// Forgets the starts noted after the first `kept`.
     pub(crate) fn forget_starts_from(&mut self, kept: usize) {
         self.starts.forget_from(kept);
@@ -349,6 +355,9 @@ impl<'b> Cursor<'b> {
         let Some((start, end)) = span_in(self.text, from).filter(|_| self.starts.noting) else {
             return;
         };
+        // Else what is noted would be read again, or out of order.
+        debug_assert!(to >= end, "moved past where it was");
+        debug_assert!(self.starts.starts.last().is_none_or(|&last| (last as usize) < to));
         // What is moved was most often read just before: its starts are
         // among the last, found from the end in steps that double.
         let noted = &self.starts.starts;

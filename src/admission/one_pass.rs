@@ -652,8 +652,9 @@ struct ReadAgainst<'a, 'b> {
     /// `false`: the first object's item at this index, read by the object
     /// read second, which takes the first's members as they are. `true`:
     /// the item before this one in the object read first; what is taken
-    /// from it is moved here ([`Cursor::moved`]), so that each member is
-    /// this item's own text, its starts noted as a read would note them
+    /// from it is moved here (its text at this item's place, its noted
+    /// starts moved with it: [`Cursor::note_moved`]), so that each member
+    /// is this item's own text, its starts noted as a read would note them
     /// for the object read second, and a value that differs is read alone
     /// (noted), not against it.
     before: bool,
@@ -720,7 +721,9 @@ enum ReadTo {
     /// Nothing: the cursor is at the item's start.
     Start,
     /// Its members up to one past the first difference: the cursor is just
-    /// past that member's value.
+    /// past that member's value. (Against the item before, where every
+    /// member is alike but the text after the last is not: all of them,
+    /// the cursor just past the last one's value.)
     Member,
     /// The whole item: the cursor is past its end.
     End,
@@ -737,8 +740,9 @@ enum ReadTo {
 /// members after it are taken too ([`ReadTo::End`]): the common way a
 /// controller's write changes an item (an `observedGeneration`, a status, a
 /// time), and the way one condition differs from the one before it (its
-/// type). Against the item before, an item whose every member is alike is
-/// taken whole the same way. Else nothing is read ([`ReadTo::Start`]).
+/// type). Against the item before, where every member's value is alike,
+/// all are taken, and the item whole where the text after them is alike
+/// too. Else nothing is read ([`ReadTo::Start`]).
 fn read_to_difference<'b>(
     cursor: &mut Cursor<'b>,
     against: ReadAgainst<'_, 'b>,
@@ -763,8 +767,10 @@ fn read_to_difference<'b>(
             Some(value) => Some(value),
             None => return Ok(ReadTo::Start),
         },
-        // Every member alike: only against the item before (the first
-        // object's item alike to its end is taken whole before this).
+        // Every member's value alike: against the item before, all are
+        // taken. Against the first object's item (taken whole before this
+        // where the text after its last value is alike too), read from
+        // the start, as it was.
         None if before && !members.is_empty() => None,
         None => return Ok(ReadTo::Start),
     };
@@ -874,6 +880,60 @@ fn settle<'b>(
 mod tests {
     use super::*;
     use crate::admission::cursor::members_of;
+    use crate::admission::skip::{ValueStarts, value_end_noting};
+
+    /// Starts noted by a read that reads a list's items each alone.
+    #[derive(Default)]
+    struct ReadAlone(Vec<u32>);
+
+    impl ValueStarts for ReadAlone {
+        fn note(&mut self, at: usize) {
+            self.0.push(at as u32);
+        }
+    }
+
+    proptest::proptest! {
+        /// Issue 25: a list read item by item in the object read first,
+        /// each item against the one before, notes the starts that a read
+        /// of each item alone notes, and gives each item's members as
+        /// reading it alone gives them, slices of its own text.
+        #[test]
+        fn items_read_against_the_item_before_are_noted_and_taken_as_read_alone(
+            list in proptest::strategy::Strategy::prop_flat_map(
+                crate::test_support::alike_item_members(),
+                crate::test_support::alike_items,
+            ),
+        ) {
+            let keyed = KeyedItems {
+                member: "type".into(),
+                values: [("Ready", Some(0)), ("Scaled", None), ("Other", Some(1))]
+                    .map(|(key, owner)| (key.to_owned(), owner))
+                    .into_iter()
+                    .collect(),
+            };
+            let mut cursor = Cursor::new(&list);
+            cursor.note_starts(true);
+            let Ok((Captured::Items(items), _, texts)) = read_items(&mut cursor, (&keyed, None), None, true) else {
+                panic!("read: {list}");
+            };
+            let mut alone = ReadAlone::default();
+            for text in &texts {
+                let (at, _) = span_in(&list, text.text).expect("the item's own text");
+                if text.text.starts_with('{') {
+                    proptest::prop_assert!(value_end_noting(list.as_bytes(), at, &mut alone).is_some());
+                }
+                let item = items[texts.iter().position(|t| std::ptr::eq(t, text)).unwrap()].as_ref();
+                let Some(members) = item.map(CapturedItem::members).or(text.unread.as_ref()) else {
+                    continue;
+                };
+                proptest::prop_assert_eq!(members, &members_of(text.text).unwrap(), "{}", list);
+                for (_, raw) in members {
+                    proptest::prop_assert!(span_in(text.text, raw).is_some(), "{} in {}", raw, text.text);
+                }
+            }
+            proptest::prop_assert_eq!(cursor.starts(), alone.0.as_slice(), "{}", list);
+        }
+    }
 
     #[test]
     fn an_item_is_read_against_the_first_up_to_its_first_difference() {

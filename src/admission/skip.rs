@@ -2,7 +2,8 @@
 //! token than serde_json.
 //!
 //! The single pass validates every byte of the first object once (the
-//! second is compared with it by bytes), and most of those bytes belong to
+//! second is compared with it by bytes, and so is an item alike to the item
+//! before it in a list the rules read item by item), and most of those bytes belong to
 //! values it only skips: a status's unowned lists (a Widget's 120
 //! `endpoints`), `spec`, the owned values taken whole as text, the members
 //! of each condition.
