@@ -367,10 +367,15 @@ impl<'b> Cursor<'b> {
             back *= 2;
             low = noted.len().saturating_sub(back);
         }
-        let mut index = low + noted[low..].partition_point(|&noted| (noted as usize) < start);
-        while let Some(&at) = self.starts.starts.get(index).filter(|&&at| (at as usize) < end) {
-            self.starts.note(at as usize - start + to);
-            index += 1;
+        let first = low + noted[low..].partition_point(|&noted| (noted as usize) < start);
+        // Only those noted before: by design none is noted inside `from`
+        // here, and were it, the loop would still end.
+        for index in first..noted.len() {
+            let at = self.starts.starts[index] as usize;
+            if at >= end {
+                break;
+            }
+            self.starts.note(at - start + to);
         }
     }
 
