@@ -367,16 +367,8 @@ impl<'b> Cursor<'b> {
             back *= 2;
             low = noted.len().saturating_sub(back);
         }
-        let first = low + noted[low..].partition_point(|&noted| (noted as usize) < start);
-        // Only those noted before: by design none is noted inside `from`
-        // here, and were it, the loop would still end.
-        for index in first..noted.len() {
-            let at = self.starts.starts[index] as usize;
-            if at >= end {
-                break;
-            }
-            self.starts.note(at - start + to);
-        }
+        let mut first = low + noted[low..].partition_point(|&noted| (noted as usize) < start);
+        super::skip::note_moved(&mut self.starts, &mut first, end, (start, to));
     }
 
     /// Moves past `text` if the text here (white space included) starts

@@ -795,36 +795,30 @@ fn read_to_difference<'b>(
         }
         false => Some(raw),
     };
-    for (key, raw) in &members[..changed] {
-        let Some(raw) = take(cursor, raw, (start, 0)) else {
-            read.clear();
-            cursor.forget_starts_from(noted);
-            return Ok(ReadTo::Start);
-        };
-        read.push((key.clone(), raw));
-    }
     // Where the text left to take starts in `against`'s, and how many
-    // members were read here.
-    let (read_to, read_here) = match changed_value {
-        Some((value_at, value_end)) => {
-            let first = (!before).then_some(members[changed].1);
-            let Some(value) = cursor.skip_at(start + value_at, first) else {
-                read.clear();
-                cursor.forget_starts_from(noted);
-                return Ok(ReadTo::Start);
-            };
-            read.push((members[changed].0.clone(), value));
-            (value_end, 1)
+    // members were read here; `None` where the text here is not what
+    // `against`'s bytes alike promise, and nothing is kept.
+    let mut read_alike = || {
+        for (key, raw) in &members[..changed] {
+            read.push((key.clone(), take(cursor, raw, (start, 0))?));
         }
-        None => {
-            let last_end = before_value.map(|(_, end)| end);
-            let Some(last_end) = last_end.filter(|&end| cursor.take_text(&text[..end])) else {
-                read.clear();
-                cursor.forget_starts_from(noted);
-                return Ok(ReadTo::Start);
-            };
-            (last_end, 0)
+        match changed_value {
+            Some((value_at, value_end)) => {
+                let first = (!before).then_some(members[changed].1);
+                let value = cursor.skip_at(start + value_at, first)?;
+                read.push((members[changed].0.clone(), value));
+                Some((value_end, 1))
+            }
+            None => {
+                let last_end = before_value.map(|(_, end)| end)?;
+                cursor.take_text(&text[..last_end]).then_some((last_end, 0))
+            }
         }
+    };
+    let Some((read_to, read_here)) = read_alike() else {
+        read.clear();
+        cursor.forget_starts_from(noted);
+        return Ok(ReadTo::Start);
     };
     for (key, _) in read.iter() {
         spend_on_member::<serde_json::Error>(key)?;

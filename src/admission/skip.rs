@@ -375,16 +375,26 @@ fn value_end_against_noting<S: ValueStarts>(
 }
 
 /// Notes `first`'s starts from the `moved`-th on, up to `before`, where the
-/// same bytes are here: `first`'s byte at `there` is the one `here`.
+/// same bytes are here: `first`'s byte at `there` is the one `here`. Only
+/// the starts noted before it began are walked: what it notes lies past
+/// them where `here` is past `there`, and the loop ends whatever it is
+/// given.
 #[inline(always)]
-fn note_moved<S: ValueStarts>(starts: &mut S, moved: &mut usize, before: usize, (there, here): (usize, usize)) {
+pub(crate) fn note_moved<S: ValueStarts>(
+    starts: &mut S,
+    moved: &mut usize,
+    before: usize,
+    (there, here): (usize, usize),
+) {
     if !S::NOTES {
         return;
     }
+    let past = starts.noted().map_or(0, <[u32]>::len);
     while let Some(start) = starts
         .noted()
         .and_then(|noted| noted.get(*moved))
         .map(|&start| start as usize)
+        && *moved < past
         && start < before
     {
         if let Some(by) = start.checked_sub(there) {
